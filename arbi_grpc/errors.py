@@ -1,0 +1,55 @@
+"""Errors the engine raises, each tied to the canonical gRPC status code it maps to.
+
+This module imports nothing heavy: the servicers translate `ArbiError.code` into a gRPC status, the CLI
+prints `str(error)`. Messages name the offending field or file and the accepted values.
+"""
+
+from __future__ import annotations
+
+
+class ArbiError(Exception):
+    """Base class: `code` is a canonical gRPC status code name."""
+
+    code = "INTERNAL"
+
+
+class InvalidArgumentError(ArbiError):
+    """A request field (or CLI flag) has a value the engine does not accept."""
+
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.description = message
+
+
+class NotFoundError(ArbiError):
+    """A named model (or other resource) does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class ResourceExhaustedError(ArbiError):
+    """The server is at a configured limit (waiting queue full, KV pool cannot ever hold the request)."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class UnsupportedArchitectureError(ArbiError):
+    """A model's architecture is outside the explicit supported set."""
+
+    code = "FAILED_PRECONDITION"
+
+    def __init__(self, architecture: str, supported: tuple[str, ...]) -> None:
+        super().__init__(
+            f"unsupported model architecture {architecture!r}; supported: {', '.join(supported)}"
+        )
+        self.architecture = architecture
+        self.supported = supported
+
+
+class ModelLoadError(ArbiError):
+    """A weights, config or tokenizer file is missing, truncated or corrupt."""
+
+    code = "DATA_LOSS"
