@@ -53,3 +53,9 @@ class ModelLoadError(ArbiError):
     """A weights, config or tokenizer file is missing, truncated or corrupt."""
 
     code = "DATA_LOSS"
+
+
+class UnavailableError(ArbiError):
+    """The server cannot serve right now (shutting down, draining); the client may retry elsewhere."""
+
+    code = "UNAVAILABLE"

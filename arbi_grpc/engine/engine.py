@@ -1,0 +1,208 @@
+"""The engine loop: one thread that owns the scheduler and the model runner.
+
+Other threads talk to it only through `submit` and `cancel`, which post tasks to a queue (a cancel is a
+task too). Each step the loop takes new tasks, schedules, runs the model once, and streams outputs back
+through each request's sink. Outputs are delivered on the engine thread: sinks must be cheap and
+thread-safe (the gRPC servicer hands them to its event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+from arbi_grpc.engine.model_runner import ModelRunner
+from arbi_grpc.engine.output_processor import OutputProcessor
+from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOutput
+from arbi_grpc.engine.sampler import SamplingState
+from arbi_grpc.engine.scheduler import Scheduler
+from arbi_grpc.engine.sequence import OutputSink, Sequence, SequenceStatus
+from arbi_grpc.errors import ArbiError, ResourceExhaustedError, UnavailableError
+from arbi_grpc.text.detokenizer import IncrementalDetokenizer
+from arbi_grpc.text.stop_strings import StopStringMatcher
+from arbi_grpc.text.tokenizer import TextTokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Submit:
+    request: GenerationRequest
+    sink: OutputSink
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    request_id: str
+
+
+class _Shutdown:
+    pass
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    num_free_blocks: int
+    num_total_blocks: int
+
+
+class Engine:
+    """Continuous batching over a paged KV cache, driven by a background thread."""
+
+    def __init__(self, scheduler: Scheduler, runner: ModelRunner, tokenizer: TextTokenizer,
+                 output_processor: OutputProcessor, max_waiting_requests: int) -> None:
+        self.scheduler = scheduler
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.outputs = output_processor
+        self.max_waiting_requests = max_waiting_requests
+        self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Shutdown] = queue.SimpleQueue()
+        self._sequences: dict[str, Sequence] = {}
+        self._lock = threading.Lock()
+        self._num_pending = 0  # submitted, not yet taken by the loop
+        self._num_waiting = 0  # in the scheduler's waiting queue after the last step
+        self._thread: threading.Thread | None = None
+
+    # -- called from any thread -------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, sink: OutputSink) -> None:
+        """Queues a request; raises ResourceExhaustedError when the waiting queue is full."""
+        with self._lock:
+            queued = self._num_pending + self._num_waiting
+            if queued >= self.max_waiting_requests:
+                raise ResourceExhaustedError(
+                    f"the waiting queue is full ({queued} of {self.max_waiting_requests} requests); "
+                    "retry later"
+                )
+            self._num_pending += 1
+        self._tasks.put(_Submit(request, sink))
+
+    def cancel(self, request_id: str) -> None:
+        """Stops a request at the next step and frees its KV blocks; unknown ids are ignored."""
+        self._tasks.put(_Cancel(request_id))
+
+    def stats(self) -> EngineStats:
+        block_manager = self.scheduler.block_manager
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            num_free_blocks=block_manager.num_free_blocks,
+            num_total_blocks=block_manager.num_total_blocks,
+        )
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="arbi-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        if self._thread is not None:
+            self._tasks.put(_Shutdown())
+            self._thread.join()
+            self._thread = None
+
+    # -- the engine thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            block = self.scheduler.num_unfinished == 0
+            if not self._take_tasks(block=block):
+                return
+            if self.scheduler.num_unfinished:
+                self.step()
+
+    def _take_tasks(self, block: bool) -> bool:
+        """Applies queued tasks (waiting for one if `block`); False when asked to shut down."""
+        while True:
+            try:
+                task = self._tasks.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if isinstance(task, _Shutdown):
+                self._abort_all()
+                return False
+            if isinstance(task, _Submit):
+                with self._lock:
+                    self._num_pending -= 1
+                self._add(task)
+            else:
+                self._cancel(task.request_id)
+
+    def _add(self, task: _Submit) -> None:
+        request = task.request
+        sequence = Sequence(
+            request=request,
+            sink=task.sink,
+            sampling_state=SamplingState(
+                request.sampling, request.stopping, request.prompt_token_ids, self.outputs.eos_token_ids
+            ),
+            detokenizer=IncrementalDetokenizer(self.tokenizer, list(request.prompt_token_ids)),
+            stop_matcher=StopStringMatcher(request.stopping.stop_strings),
+        )
+        self._sequences[request.request_id] = sequence
+        self.scheduler.add(sequence)
+        self._sync_waiting_count()
+
+    def _cancel(self, request_id: str) -> None:
+        sequence = self._sequences.pop(request_id, None)
+        if sequence is None:
+            return
+        self.scheduler.finish(sequence)
+        sequence.sink(RequestOutput(
+            request_id=request_id,
+            finish_reason=FinishReason.CANCELLED,
+            prompt_token_count=sequence.num_prompt_tokens,
+            output_token_count=sequence.num_output_tokens,
+        ))
+
+    def step(self) -> None:
+        """Schedules, runs the model once, and streams what it produced."""
+        step = self.scheduler.schedule()
+        for sequence in step.preempted:
+            if not sequence.prompt_logprobs_sent:
+                sequence.prompt_logprobs = None  # recomputed from the start
+        self._sync_waiting_count()
+        if not step.chunks:
+            return
+        try:
+            result = self.runner.execute(step)
+        except Exception as error:  # a failed step must not take the server down
+            log.exception("engine step failed; failing its %d requests", len(step.chunks))
+            failure = error if isinstance(error, ArbiError) else ArbiError(f"engine step failed: {error}")
+            for chunk in step.chunks:
+                self._finish(chunk.sequence, RequestOutput(chunk.sequence.request_id, error=failure))
+            return
+        for chunk in step.chunks:
+            sequence = chunk.sequence
+            sequence.num_computed_tokens += chunk.num_tokens
+            logprobs = result.prompt_logprobs.get(sequence)
+            if logprobs is not None:
+                self.outputs.add_prompt_logprobs(sequence, logprobs)
+            token = result.sampled.get(sequence)
+            if token is None:
+                continue
+            output = self.outputs.append_token(sequence, token)
+            if output.finished:
+                self._finish(sequence, output)
+            else:
+                sequence.sink(output)
+
+    def _finish(self, sequence: Sequence, output: RequestOutput) -> None:
+        self._sequences.pop(sequence.request_id, None)
+        if sequence.status is not SequenceStatus.FINISHED:
+            self.scheduler.finish(sequence)
+        sequence.sink(output)
+
+    def _abort_all(self) -> None:
+        for sequence in list(self._sequences.values()):
+            self._finish(sequence, RequestOutput(
+                sequence.request_id, error=UnavailableError("the server is shutting down")))
+
+    def _sync_waiting_count(self) -> None:
+        with self._lock:
+            self._num_waiting = len(self.scheduler.waiting)
+

@@ -1,0 +1,59 @@
+"""Turns a step's sampled tokens into streamed outputs: detokenization, stop conditions, finish reasons."""
+
+from __future__ import annotations
+
+from arbi_grpc.engine.request import FinishReason, RequestOutput, TokenOutput
+from arbi_grpc.engine.sequence import Sequence
+
+
+class OutputProcessor:
+    """Appends sampled tokens to sequences and decides when each one is finished."""
+
+    def __init__(self, eos_token_ids: frozenset[int], max_model_len: int) -> None:
+        self.eos_token_ids = eos_token_ids
+        self.max_model_len = max_model_len
+
+    def add_prompt_logprobs(self, sequence: Sequence, logprobs: list[float]) -> None:
+        if sequence.prompt_logprobs is None:
+            sequence.prompt_logprobs = [None]  # the first prompt token has no context
+        sequence.prompt_logprobs.extend(logprobs)
+
+    def append_token(self, sequence: Sequence, token: TokenOutput) -> RequestOutput:
+        """Records one sampled token and returns the output to stream for it."""
+        token_id = token.token_id
+        sequence.token_ids.append(token_id)
+        sequence.sampling_state.append_output(token_id)
+        stopping = sequence.request.stopping
+        finish: FinishReason | None = None
+        text = ""
+        if token_id in stopping.stop_token_ids:
+            finish = FinishReason.STOP_TOKEN
+        elif token_id in self.eos_token_ids and not stopping.ignore_eos:
+            finish = FinishReason.EOS_TOKEN
+        else:
+            check = sequence.stop_matcher.push(sequence.detokenizer.push(token_id))
+            text = check.emit
+            if check.stopped:
+                finish = FinishReason.STOP_STRING
+        if finish is None and sequence.num_output_tokens >= stopping.max_output_tokens:
+            finish = FinishReason.MAX_OUTPUT_TOKENS
+        if finish is None and len(sequence.token_ids) >= self.max_model_len:
+            finish = FinishReason.CONTEXT_LIMIT
+        if finish is not None and finish is not FinishReason.STOP_STRING:
+            text += sequence.stop_matcher.flush()
+        return RequestOutput(
+            request_id=sequence.request_id,
+            tokens=(token,),
+            text=text,
+            prompt_logprobs=self._take_prompt_logprobs(sequence),
+            finish_reason=finish,
+            prompt_token_count=sequence.num_prompt_tokens,
+            output_token_count=sequence.num_output_tokens,
+        )
+
+    @staticmethod
+    def _take_prompt_logprobs(sequence: Sequence) -> tuple[float | None, ...] | None:
+        if not sequence.wants_prompt_logprobs:
+            return None
+        sequence.prompt_logprobs_sent = True
+        return tuple(sequence.prompt_logprobs or [None])

@@ -1,0 +1,52 @@
+"""Fixtures shared by every test tier: the real SmolLM2 model imported once per session into a
+temporary model cache, and an in-process engine behind a real gRPC server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private model cache for the session (ARBI_CACHE_DIR), so tests never touch the user's."""
+    path = tmp_path_factory.mktemp("arbi-cache")
+    os.environ["ARBI_CACHE_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(model_cache_dir: Path) -> Path:
+    """The embedded SmolLM2-135M-Instruct, imported from its GGUF into the session's cache."""
+    from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
+
+    return resolve_model(DEFAULT_MODEL).directory
+
+
+def wait_for_idle_pool(engine, timeout_s: float = 10.0) -> None:
+    """Waits until the engine holds no request and every KV block is free; fails otherwise."""
+    deadline = time.monotonic() + timeout_s
+    stats = engine.stats()
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if stats.num_running == stats.num_waiting == 0 and stats.num_free_blocks == stats.num_total_blocks:
+            return
+        time.sleep(0.02)
+    pytest.fail(f"KV pool not back to fully free: {stats}")
+
+
+@pytest.fixture(scope="session")
+def served_smollm2(smollm2_dir: Path) -> Iterator:
+    """SmolLM2 behind a real gRPC server on 127.0.0.1 (in this process, so tests can read engine stats)."""
+    from arbi_grpc.config import EngineConfig
+    from arbi_grpc.server import GrpcServer
+    from arbi_grpc.serving import build_served_model
+
+    config = EngineConfig(model=str(smollm2_dir), kv_cache_memory_mib=256, max_waiting_requests=64)
+    server = GrpcServer(build_served_model(config)).start()
+    yield server
+    server.stop()
