@@ -135,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
                                        start_new_session=True)
+        (_state_dir() / f"server-{args.port}.pid").write_text(f"{process.pid}\n")
         if not wait_until_serving(target, _SERVE_BOOT_TIMEOUT_S, lambda: process.poll() is None):
             print(f"arbi-serve: error: the server did not become ready; see {log_path}", file=sys.stderr)
             return 1

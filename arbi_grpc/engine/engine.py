@@ -120,6 +120,7 @@ class Engine:
             try:
                 task = self._tasks.get(block=block)
             except queue.Empty:
+                self._sync_waiting_count()
                 return True
             block = False
             if isinstance(task, _Shutdown):
@@ -145,7 +146,6 @@ class Engine:
         )
         self._sequences[request.request_id] = sequence
         self.scheduler.add(sequence)
-        self._sync_waiting_count()
 
     def _cancel(self, request_id: str) -> None:
         sequence = self._sequences.pop(request_id, None)

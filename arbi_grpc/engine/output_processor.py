@@ -40,7 +40,13 @@ class OutputProcessor:
         if finish is None and len(sequence.token_ids) >= self.max_model_len:
             finish = FinishReason.CONTEXT_LIMIT
         if finish is not None and finish is not FinishReason.STOP_STRING:
-            text += sequence.stop_matcher.flush()
+            # Release an unfinished character and text held back for a possible stop string.
+            check = sequence.stop_matcher.push(sequence.detokenizer.flush())
+            text += check.emit
+            if check.stopped:
+                finish = FinishReason.STOP_STRING
+            else:
+                text += sequence.stop_matcher.flush()
         return RequestOutput(
             request_id=sequence.request_id,
             tokens=(token,),
