@@ -20,11 +20,23 @@ def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2_dir(model_cache_dir: Path) -> Path:
-    """The embedded SmolLM2-135M-Instruct, imported from its GGUF into the session's cache."""
+def smollm2_cache_root(model_cache_dir: Path) -> Path:
+    """The session's model cache root (`$ARBI_CACHE_DIR/models`)."""
+    return model_cache_dir / "models"
+
+
+@pytest.fixture(scope="session")
+def imported_smollm2(smollm2_cache_root: Path):
+    """The embedded SmolLM2-135M-Instruct, imported from its GGUF once per session."""
     from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
 
-    return resolve_model(DEFAULT_MODEL).directory
+    return resolve_model(DEFAULT_MODEL, cache_root=smollm2_cache_root)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(imported_smollm2) -> Path:
+    """The directory of the imported SmolLM2 (HF layout)."""
+    return imported_smollm2.directory
 
 
 def wait_for_idle_pool(engine, timeout_s: float = 10.0) -> None:

@@ -48,6 +48,7 @@ class EngineStats:
     num_waiting: int
     num_free_blocks: int
     num_total_blocks: int
+    num_preemptions: int
 
 
 class Engine:
@@ -92,6 +93,7 @@ class Engine:
             num_waiting=len(self.scheduler.waiting),
             num_free_blocks=block_manager.num_free_blocks,
             num_total_blocks=block_manager.num_total_blocks,
+            num_preemptions=self.scheduler.num_preemptions,
         )
 
     def start(self) -> None:

@@ -49,6 +49,7 @@ class Scheduler:
         self.max_step_tokens = max_step_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.num_preemptions = 0  # since start, for metrics and tests
 
     @property
     def num_unfinished(self) -> int:
@@ -98,6 +99,7 @@ class Scheduler:
         return True
 
     def _preempt(self, sequence: Sequence) -> None:
+        self.num_preemptions += 1
         self.running.remove(sequence)
         self.block_manager.free(sequence.block_table)
         sequence.num_computed_tokens = 0
