@@ -71,41 +71,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
     from arbi_grpc.config import EngineConfig
+    from arbi_grpc.config_flags import add_flags
 
-    defaults = EngineConfig()
-    parser.add_argument("--model", default=defaults.model, help="model name, HF directory or .gguf file")
-    parser.add_argument("--block-size", type=int, default=defaults.block_size, help="tokens per KV block")
-    parser.add_argument("--kv-cache-memory-mib", type=int, default=defaults.kv_cache_memory_mib,
-                        help="memory of the KV cache pool in MiB")
-    parser.add_argument("--max-model-len", type=int, default=defaults.max_model_len,
-                        help="longest sequence served (0 = the model's context)")
-    parser.add_argument("--max-running-requests", type=int, default=defaults.max_running_requests,
-                        help="most sequences in the running batch")
-    parser.add_argument("--max-step-tokens", type=int, default=defaults.max_step_tokens,
-                        help="per-step token budget for prefill chunks and decodes")
-    parser.add_argument("--max-waiting-requests", type=int, default=defaults.max_waiting_requests,
-                        help="waiting queue bound (RESOURCE_EXHAUSTED beyond it)")
-    parser.add_argument("--default-max-output-tokens", type=int,
-                        default=defaults.default_max_output_tokens,
-                        help="output length of requests that set none")
-    parser.add_argument("--torch-threads", type=int, default=defaults.torch_threads,
-                        help="CPU threads for the engine (0 = torch default)")
+    add_flags(parser, EngineConfig)
 
 
 def _engine_config(args: argparse.Namespace):
     from arbi_grpc.config import EngineConfig
+    from arbi_grpc.config_flags import resolve
 
-    return EngineConfig(
-        model=args.model,
-        block_size=args.block_size,
-        kv_cache_memory_mib=args.kv_cache_memory_mib,
-        max_model_len=args.max_model_len,
-        max_running_requests=args.max_running_requests,
-        max_step_tokens=args.max_step_tokens,
-        max_waiting_requests=args.max_waiting_requests,
-        default_max_output_tokens=args.default_max_output_tokens,
-        torch_threads=args.torch_threads,
-    )
+    return resolve(EngineConfig, args)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -1,43 +1,38 @@
 """The engine's configuration: one frozen dataclass, validated at construction.
 
-CLI flags map one-to-one onto these fields; derived values are properties.
+Each field carries its help text in `metadata["help"]`; `config_flags` turns the fields into CLI flags and
+`ARBI_*` environment overrides, so a new setting is declared here and nowhere else.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from arbi_grpc.errors import InvalidArgumentError
 
 MIB = 1024 * 1024
 
 
+def setting(default, help: str):  # noqa: A002 (mirrors argparse's name)
+    """A config field with its help text."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    """How the engine sizes its KV cache, batches and queues."""
+    """How the engine loads its model and sizes its KV cache, batches and queues."""
 
-    # Model spec: a known model name, an HF-style directory, or a .gguf file.
-    model: str = "SmolLM2-135M-Instruct"
-    # "cpu" or "cuda".
-    device: str = "cpu"
-    # Weights and activations dtype: "float32" or "bfloat16".
-    dtype: str = "float32"
-    # Tokens per KV cache block.
-    block_size: int = 16
-    # Memory given to the KV cache pool.
-    kv_cache_memory_mib: int = 1024
-    # Longest sequence (prompt + output) served; 0 means the model's own context length.
-    max_model_len: int = 0
-    # Most sequences in the running batch.
-    max_running_requests: int = 64
-    # Per-step token budget shared by prefill chunks and decodes.
-    max_step_tokens: int = 512
-    # Most requests waiting for admission; beyond it submissions get RESOURCE_EXHAUSTED.
-    max_waiting_requests: int = 256
-    # Output length used when a request sets none.
-    default_max_output_tokens: int = 1024
-    # CPU threads used by torch in the engine loop; 0 keeps torch's default.
-    torch_threads: int = 0
+    model: str = setting("SmolLM2-135M-Instruct", "model name, Hugging Face style directory or .gguf file")
+    device: str = setting("cpu", "device to run on: cpu or cuda")
+    dtype: str = setting("float32", "weights and activations dtype: float32 or bfloat16")
+    block_size: int = setting(16, "tokens per KV cache block")
+    kv_cache_memory_mib: int = setting(1024, "memory of the KV cache pool in MiB")
+    max_model_len: int = setting(0, "longest sequence served, prompt plus output (0 = the model's context)")
+    max_running_requests: int = setting(64, "most sequences in the running batch")
+    max_step_tokens: int = setting(512, "per-step token budget shared by prefill chunks and decodes")
+    max_waiting_requests: int = setting(256, "waiting queue bound; beyond it requests get RESOURCE_EXHAUSTED")
+    default_max_output_tokens: int = setting(1024, "output length of requests that set none")
+    torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")
 
     def __post_init__(self) -> None:
         positive = {
