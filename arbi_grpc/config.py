@@ -30,6 +30,10 @@ class EngineConfig:
     max_model_len: int = setting(0, "longest sequence served, prompt plus output (0 = the model's context)")
     max_running_requests: int = setting(64, "most sequences in the running batch")
     max_step_tokens: int = setting(512, "per-step token budget shared by prefill chunks and decodes")
+    max_prefill_chunk_tokens: int = setting(
+        256, "largest prefill chunk of one request per step while others wait (fairness)"
+    )
+    enable_prefix_cache: bool = setting(True, "reuse the KV blocks of cached prompt prefixes")
     max_waiting_requests: int = setting(256, "waiting queue bound; beyond it requests get RESOURCE_EXHAUSTED")
     default_max_output_tokens: int = setting(1024, "output length of requests that set none")
     torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")
@@ -40,6 +44,7 @@ class EngineConfig:
             "kv_cache_memory_mib": self.kv_cache_memory_mib,
             "max_running_requests": self.max_running_requests,
             "max_step_tokens": self.max_step_tokens,
+            "max_prefill_chunk_tokens": self.max_prefill_chunk_tokens,
             "max_waiting_requests": self.max_waiting_requests,
             "default_max_output_tokens": self.default_max_output_tokens,
         }

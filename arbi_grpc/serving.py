@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import torch
 
 from arbi_grpc.config import EngineConfig
-from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.input_processor import InputProcessor
+from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
-from arbi_grpc.engine.scheduler import Scheduler
+from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
 from arbi_grpc.errors import ResourceExhaustedError
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
@@ -72,9 +72,12 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
     engine = Engine(
         scheduler=Scheduler(
-            BlockManager(num_blocks, config.block_size),
-            max_running=config.max_running_requests,
-            max_step_tokens=config.max_step_tokens,
+            KVCacheManager(num_blocks, config.block_size, config.enable_prefix_cache),
+            SchedulerLimits(
+                max_running=config.max_running_requests,
+                max_step_tokens=config.max_step_tokens,
+                max_prefill_chunk_tokens=config.max_prefill_chunk_tokens,
+            ),
         ),
         runner=ModelRunner(model, kv_cache, config.block_size, device),
         tokenizer=tokenizer,

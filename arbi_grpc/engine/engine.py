@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
@@ -38,6 +41,14 @@ class _Cancel:
     request_id: str
 
 
+@dataclass(frozen=True)
+class _Call:
+    """Runs `function` on the engine thread between steps and resolves `future` with its result."""
+
+    function: Callable[[], Any]
+    future: Future
+
+
 class _Shutdown:
     pass
 
@@ -49,6 +60,10 @@ class EngineStats:
     num_free_blocks: int
     num_total_blocks: int
     num_preemptions: int
+    num_cached_blocks: int
+    num_evictions: int
+    prefix_cache_hit_tokens: int
+    prefix_cache_query_tokens: int
 
 
 class Engine:
@@ -61,7 +76,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.outputs = output_processor
         self.max_waiting_requests = max_waiting_requests
-        self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Shutdown] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Call | _Shutdown] = queue.SimpleQueue()
         self._sequences: dict[str, Sequence] = {}
         self._lock = threading.Lock()
         self._num_pending = 0  # submitted, not yet taken by the loop
@@ -86,14 +101,29 @@ class Engine:
         """Stops a request at the next step and frees its KV blocks; unknown ids are ignored."""
         self._tasks.put(_Cancel(request_id))
 
+    def call(self, function: Callable[[], Any]) -> Future:
+        """Runs `function` on the engine thread between two steps; the future holds its result."""
+        future: Future = Future()
+        self._tasks.put(_Call(function, future))
+        return future
+
+    def flush_prefix_cache(self, tenant: str | None = None) -> Future:
+        """Drops cached prefixes (all, or one tenant's) between steps; the future holds the block count."""
+        return self.call(lambda: self.scheduler.kv.flush_prefix_cache(tenant))
+
     def stats(self) -> EngineStats:
-        block_manager = self.scheduler.block_manager
+        kv = self.scheduler.kv
+        cache = kv.prefix_cache
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
-            num_free_blocks=block_manager.num_free_blocks,
-            num_total_blocks=block_manager.num_total_blocks,
+            num_free_blocks=kv.num_free_blocks,
+            num_total_blocks=kv.num_total_blocks,
             num_preemptions=self.scheduler.num_preemptions,
+            num_cached_blocks=0 if cache is None else cache.num_cached_blocks,
+            num_evictions=kv.blocks.pool.num_evictions,
+            prefix_cache_hit_tokens=0 if cache is None else cache.stats.num_hit_tokens,
+            prefix_cache_query_tokens=0 if cache is None else cache.stats.num_query_tokens,
         )
 
     def start(self) -> None:
@@ -132,8 +162,10 @@ class Engine:
                 with self._lock:
                     self._num_pending -= 1
                 self._add(task)
-            else:
+            elif isinstance(task, _Cancel):
                 self._cancel(task.request_id)
+            else:
+                self._run_call(task)
 
     def _add(self, task: _Submit) -> None:
         request = task.request
@@ -148,6 +180,15 @@ class Engine:
         )
         self._sequences[request.request_id] = sequence
         self.scheduler.add(sequence)
+
+    @staticmethod
+    def _run_call(task: _Call) -> None:
+        if not task.future.set_running_or_notify_cancel():
+            return
+        try:
+            task.future.set_result(task.function())
+        except Exception as error:  # handed to the caller through the future
+            task.future.set_exception(error)
 
     def _cancel(self, request_id: str) -> None:
         sequence = self._sequences.pop(request_id, None)
@@ -181,6 +222,7 @@ class Engine:
         for chunk in step.chunks:
             sequence = chunk.sequence
             sequence.num_computed_tokens += chunk.num_tokens
+            self.scheduler.kv.index_full_blocks(sequence)
             logprobs = result.prompt_logprobs.get(sequence)
             if logprobs is not None:
                 self.outputs.add_prompt_logprobs(sequence, logprobs)

@@ -55,6 +55,7 @@ class OutputProcessor:
             finish_reason=finish,
             prompt_token_count=sequence.num_prompt_tokens,
             output_token_count=sequence.num_output_tokens,
+            cached_prompt_token_count=sequence.num_cached_prompt_tokens,
         )
 
     @staticmethod

@@ -20,14 +20,28 @@ class FinishReason(enum.Enum):
     CANCELLED = "cancelled"
 
 
+class Priority(enum.IntEnum):
+    """Scheduling class: batch work yields to interactive work (lower value first)."""
+
+    INTERACTIVE = 0
+    BATCH = 1
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
-    """A validated, tokenized request ready for scheduling."""
+    """A validated, tokenized request ready for scheduling.
+
+    `tenant` names the prefix-cache namespace: requests of one tenant never reuse another's KV blocks.
+    `use_prefix_cache` False neither reads nor writes the cache.
+    """
 
     request_id: str
     prompt_token_ids: tuple[int, ...]
     sampling: SamplingParams
     stopping: StoppingParams
+    priority: Priority = Priority.INTERACTIVE
+    tenant: str = ""
+    use_prefix_cache: bool = True
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class RequestOutput:
     finish_reason: FinishReason | None = None
     prompt_token_count: int = 0
     output_token_count: int = 0
+    cached_prompt_token_count: int = 0
     error: ArbiError | None = None
 
     @property

@@ -1,19 +1,26 @@
 """Decides, each step, which sequences run and how many of their tokens: continuous batching with
-chunked prefill under a per-step token budget, and preemption by recompute when KV blocks run out.
+chunked prefill under a per-step token budget, priorities, prefix reuse, and preemption by recompute.
 
-Running sequences are served first, oldest first (decodes take one token, unfinished prefills take a
-chunk); then waiting sequences are admitted in arrival order while budget, batch slots and blocks last.
-When a running sequence cannot grow, the most recently admitted one is preempted: its blocks are freed
-and it goes back to the front of the queue to be recomputed later.
+Each step:
+1. Running sequences are served first, interactive before batch, oldest first: a decode takes one token,
+   an unfinished prefill a chunk. When a running sequence cannot grow, the newest batch sequence (else the
+   newest interactive one) is preempted: its blocks are freed and it waits to be recomputed.
+2. Waiting sequences are admitted, interactive first, while budget, batch slots and blocks last. A new
+   sequence first reuses its longest cached prefix; it is admitted only if the blocks for its whole known
+   length fit (plus a small reserve for running decodes when others run), so a long prompt is not admitted
+   just to be preempted. An interactive sequence that does not fit may preempt running batch sequences.
+3. While others wait, one prefill chunk is capped at `max_prefill_chunk_tokens`, so a long prompt
+   cannot starve short ones.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
-from arbi_grpc.engine.block_manager import BlockManager
+from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.request import Priority
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
+from arbi_grpc.engine.waiting_queue import WaitingQueue
 
 
 @dataclass(frozen=True)
@@ -40,15 +47,21 @@ class ScheduledStep:
         return sum(chunk.num_tokens for chunk in self.chunks)
 
 
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_running: int
+    max_step_tokens: int
+    max_prefill_chunk_tokens: int
+
+
 class Scheduler:
     """Owns the waiting queue, the running batch and the sequences' KV blocks."""
 
-    def __init__(self, block_manager: BlockManager, max_running: int, max_step_tokens: int) -> None:
-        self.block_manager = block_manager
-        self.max_running = max_running
-        self.max_step_tokens = max_step_tokens
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+    def __init__(self, kv: KVCacheManager, limits: SchedulerLimits) -> None:
+        self.kv = kv
+        self.limits = limits
+        self.waiting = WaitingQueue()
+        self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0  # since start, for metrics and tests
 
     @property
@@ -61,48 +74,74 @@ class Scheduler:
 
     def schedule(self) -> ScheduledStep:
         step = ScheduledStep()
-        budget = self.max_step_tokens
-        scheduled: list[Sequence] = []
-        while len(scheduled) < len(self.running) and budget > 0:
-            sequence = self.running[len(scheduled)]
-            num_tokens = min(sequence.num_uncomputed_tokens, budget)
+        budget = self.limits.max_step_tokens
+        for sequence in sorted(self.running, key=lambda s: s.priority):
+            if budget == 0:
+                break
+            if sequence.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            num_tokens = self._chunk_size(sequence, budget)
             if not self._grow_preempting(sequence, num_tokens, step):
-                break  # `sequence` itself was preempted; everything after it already was
+                continue
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
-            scheduled.append(sequence)
             budget -= num_tokens
-        while self.waiting and budget > 0 and len(self.running) < self.max_running:
-            if step.preempted:
-                break  # memory is short this step: admitting would only preempt again
-            sequence = self.waiting[0]
-            num_tokens = min(sequence.num_uncomputed_tokens, budget)
-            if not self.block_manager.grow(
-                sequence.block_table, sequence.num_computed_tokens + num_tokens
-            ):
+        while self.waiting and budget > 0 and len(self.running) < self.limits.max_running:
+            sequence = self.waiting.peek()
+            if not self._admit(sequence, step):
                 break
             self.waiting.popleft()
-            sequence.status = SequenceStatus.RUNNING
-            self.running.append(sequence)
+            num_tokens = self._chunk_size(sequence, budget)
+            if not self.kv.grow(sequence, sequence.num_computed_tokens + num_tokens):
+                raise RuntimeError("admission checked the blocks of the whole sequence")
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
             budget -= num_tokens
         return step
 
+    def _chunk_size(self, sequence: Sequence, budget: int) -> int:
+        size = min(sequence.num_uncomputed_tokens, budget)
+        if self.waiting and size > 1:
+            size = min(size, self.limits.max_prefill_chunk_tokens)
+        return size
+
+    def _admit(self, sequence: Sequence, step: ScheduledStep) -> bool:
+        """Moves a waiting sequence into the running batch if its blocks fit; False leaves it waiting."""
+        reused = self.kv.reuse_prefix(sequence)
+        if not sequence.admitted:
+            sequence.num_cached_prompt_tokens = min(reused, sequence.num_prompt_tokens)
+        needed = self.kv.blocks_for(len(sequence.token_ids)) - len(sequence.block_table)
+        reserve = len(self.running) and max(1, self.kv.num_total_blocks // 64)
+        while needed + reserve > self.kv.num_free_blocks:
+            victim = self._newest_batch_sequence() if sequence.priority is Priority.INTERACTIVE else None
+            if victim is None:
+                self.kv.free(sequence)  # give back the reused prefix; it stays cached
+                return False
+            self._preempt(victim, step)
+            reserve = len(self.running) and max(1, self.kv.num_total_blocks // 64)
+        sequence.status = SequenceStatus.RUNNING
+        sequence.admitted = True
+        self.running.append(sequence)
+        return True
+
+    def _newest_batch_sequence(self) -> Sequence | None:
+        batch = [s for s in self.running if s.priority is Priority.BATCH]
+        return batch[-1] if batch else None
+
     def _grow_preempting(self, sequence: Sequence, num_tokens: int, step: ScheduledStep) -> bool:
         """Makes room for `num_tokens` more tokens of a running sequence, preempting the newest."""
         target = sequence.num_computed_tokens + num_tokens
-        while not self.block_manager.grow(sequence.block_table, target):
-            victim = self.running[-1]
-            self._preempt(victim)
-            step.preempted.append(victim)
+        while not self.kv.grow(sequence, target):
+            victim = self._newest_batch_sequence() or self.running[-1]
+            self._preempt(victim, step)
             if victim is sequence:
                 return False
         return True
 
-    def _preempt(self, sequence: Sequence) -> None:
+    def _preempt(self, sequence: Sequence, step: ScheduledStep) -> None:
         self.num_preemptions += 1
         self.running.remove(sequence)
-        self.block_manager.free(sequence.block_table)
-        sequence.num_computed_tokens = 0
+        step.chunks = [chunk for chunk in step.chunks if chunk.sequence is not sequence]
+        step.preempted.append(sequence)
+        self.kv.free(sequence)
         sequence.status = SequenceStatus.WAITING
         self.waiting.appendleft(sequence)
 
@@ -112,5 +151,5 @@ class Scheduler:
             self.running.remove(sequence)
         elif sequence.status is SequenceStatus.WAITING:
             self.waiting.remove(sequence)
-        self.block_manager.free(sequence.block_table)
+        self.kv.free(sequence)
         sequence.status = SequenceStatus.FINISHED

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from arbi_grpc.engine.request import GenerationRequest, RequestOutput
+from arbi_grpc.engine.request import GenerationRequest, Priority, RequestOutput
 from arbi_grpc.engine.sampler import SamplingState
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
 from arbi_grpc.text.stop_strings import StopStringMatcher
@@ -40,6 +40,11 @@ class Sequence:
     # Prompt log-probabilities collected over prefill chunks, delivered with the first output.
     prompt_logprobs: list[float | None] | None = None
     prompt_logprobs_sent: bool = False
+    # Prefix cache: chained hashes of the leading full blocks of `block_table` already indexed.
+    block_hashes: list[int] = field(default_factory=list)
+    # Prompt tokens served from the prefix cache at first admission (reported in usage).
+    num_cached_prompt_tokens: int = 0
+    admitted: bool = False
 
     def __post_init__(self) -> None:
         if not self.token_ids:
@@ -60,6 +65,15 @@ class Sequence:
     @property
     def num_uncomputed_tokens(self) -> int:
         return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def priority(self) -> Priority:
+        return self.request.priority
+
+    @property
+    def cache_namespace(self) -> str | None:
+        """The prefix-cache namespace, or None when this request opted out of the cache."""
+        return self.request.tenant if self.request.use_prefix_cache else None
 
     @property
     def wants_prompt_logprobs(self) -> bool:

@@ -5,21 +5,32 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arbi_grpc.engine.block_manager import BlockManager
-from arbi_grpc.engine.request import GenerationRequest
+from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.request import GenerationRequest, Priority
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.engine.scheduler import Scheduler
+from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
 
 BLOCK_SIZE = 4
 
 
-def _sequence(index: int, prompt_len: int) -> Sequence:
+def _scheduler(num_blocks: int, max_running: int, budget: int, chunk: int | None = None,
+               prefix_cache: bool = False) -> Scheduler:
+    return Scheduler(
+        KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache),
+        SchedulerLimits(max_running=max_running, max_step_tokens=budget,
+                        max_prefill_chunk_tokens=chunk or budget),
+    )
+
+
+def _sequence(index: int, prompt_len: int, priority: Priority = Priority.INTERACTIVE,
+              first_token: int = 1) -> Sequence:
     request = GenerationRequest(
         request_id=f"r{index}",
-        prompt_token_ids=tuple(range(1, prompt_len + 1)),
+        prompt_token_ids=tuple(range(first_token, first_token + prompt_len)),
         sampling=SamplingParams(),
         stopping=StoppingParams(max_output_tokens=8),
+        priority=priority,
     )
     # The scheduler never touches the sampling or text pipeline.
     return Sequence(request=request, sink=lambda _: None, sampling_state=None,
@@ -27,10 +38,14 @@ def _sequence(index: int, prompt_len: int) -> Sequence:
 
 
 def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
-    manager = scheduler.block_manager
+    kv = scheduler.kv
     owned = [b for s in sequences for b in s.block_table]
-    assert len(owned) == len(set(owned)), "a block belongs to two sequences"
-    assert manager.num_free_blocks + len(owned) == manager.num_total_blocks
+    kv.blocks.pool.check_invariants()
+    if kv.prefix_cache is None:
+        assert len(owned) == len(set(owned)), "a block belongs to two sequences"
+        assert kv.num_free_blocks + len(owned) == kv.num_total_blocks
+    for block in set(owned):
+        assert kv.blocks.pool.ref_count(block) == owned.count(block)
     for s in sequences:
         if s.status is SequenceStatus.WAITING:
             assert s in scheduler.waiting
@@ -46,10 +61,21 @@ def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
     budget=st.integers(1, 64),
     max_running=st.integers(1, 6),
     actions=st.lists(st.tuples(st.sampled_from(["step", "finish"]), st.integers(0, 11)), max_size=80),
+    prefix_cache=st.booleans(),
+    shared_prefix=st.integers(0, 12),
+    batch_mask=st.integers(0, 2**12 - 1),
 )
-def test_random_workload_keeps_invariants(prompt_lens, num_blocks, budget, max_running, actions) -> None:
-    scheduler = Scheduler(BlockManager(num_blocks, BLOCK_SIZE), max_running, budget)
-    sequences = [_sequence(i, n) for i, n in enumerate(prompt_lens)]
+def test_random_workload_keeps_invariants(prompt_lens, num_blocks, budget, max_running, actions,
+                                          prefix_cache, shared_prefix, batch_mask) -> None:
+    scheduler = _scheduler(num_blocks, max_running, budget, max(1, budget // 2), prefix_cache)
+    sequences = []
+    for i, n in enumerate(prompt_lens):
+        priority = Priority.BATCH if batch_mask >> i & 1 else Priority.INTERACTIVE
+        # Prompts share their first `shared_prefix` tokens, so the prefix cache gets hits.
+        sequence = _sequence(i, n, priority)
+        tokens = list(range(1, shared_prefix + 1)) + [100 + i] * n
+        sequence.token_ids[:] = tokens[:n]
+        sequences.append(sequence)
     for s in sequences:
         scheduler.add(s)
     for action, index in actions:
@@ -72,12 +98,15 @@ def test_random_workload_keeps_invariants(prompt_lens, num_blocks, budget, max_r
     for s in sequences:
         if s.status is not SequenceStatus.FINISHED:
             scheduler.finish(s)
-    assert scheduler.block_manager.num_free_blocks == num_blocks
+    scheduler.kv.blocks.pool.check_invariants()
     assert scheduler.num_unfinished == 0
+    assert scheduler.kv.num_free_blocks == num_blocks  # cached blocks are evictable, hence available
+    scheduler.kv.flush_prefix_cache()
+    assert scheduler.kv.blocks.pool.num_evictable_blocks == 0
 
 
 def test_chunked_prefill_then_decode() -> None:
-    scheduler = Scheduler(BlockManager(32, BLOCK_SIZE), max_running=4, max_step_tokens=8)
+    scheduler = _scheduler(32, max_running=4, budget=8)
     long, short = _sequence(0, 20), _sequence(1, 3)
     scheduler.add(long)
     scheduler.add(short)
@@ -93,16 +122,22 @@ def test_chunked_prefill_then_decode() -> None:
 
 
 def test_preemption_frees_the_newest_and_recomputes_it() -> None:
-    scheduler = Scheduler(BlockManager(4, BLOCK_SIZE), max_running=4, max_step_tokens=64)
+    scheduler = _scheduler(6, max_running=4, budget=64)
     first, second = _sequence(0, 8), _sequence(1, 8)
     scheduler.add(first)
     scheduler.add(second)
     step = scheduler.schedule()
-    assert len(step.chunks) == 2 and scheduler.block_manager.num_free_blocks == 0
+    assert len(step.chunks) == 2 and scheduler.kv.num_free_blocks == 2
     for chunk in step.chunks:
         chunk.sequence.num_computed_tokens += chunk.num_tokens
-        chunk.sequence.token_ids.append(7)
-    step = scheduler.schedule()  # `first` needs a third block: `second` is preempted
+        chunk.sequence.token_ids.extend([7] * 4)  # as if four decode steps ran
+        chunk.sequence.num_computed_tokens += 3
+    step = scheduler.schedule()  # both need a third block, two are free: fine
+    for chunk in step.chunks:
+        chunk.sequence.num_computed_tokens += chunk.num_tokens
+        chunk.sequence.token_ids.extend([7] * 4)
+        chunk.sequence.num_computed_tokens += 3
+    step = scheduler.schedule()  # `first` needs a fourth block, none free: `second` is preempted
     assert step.preempted == [second]
     assert second.status is SequenceStatus.WAITING and second.num_computed_tokens == 0
     assert second.block_table == [] and list(scheduler.waiting) == [second]
