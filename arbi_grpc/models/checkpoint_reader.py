@@ -1,0 +1,125 @@
+"""Reading an HF-style model directory: `config.json` and safetensors weights (one file, or shards listed in
+`model.safetensors.index.json`). Every file problem becomes a ModelLoadError naming the file and tensor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import Tensor
+
+from arbi_grpc.errors import ModelLoadError
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_INDEX_FILE = "model.safetensors.index.json"
+
+
+def read_hf_config(model_dir: Path) -> dict[str, Any]:
+    """The parsed `config.json` of `model_dir`."""
+    return _read_json_object(model_dir / CONFIG_FILE)
+
+
+def read_checkpoint_tensors(
+    model_dir: Path,
+    *,
+    expected_shapes: Mapping[str, tuple[int, ...]],
+    is_ignored: Callable[[str], bool],
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> dict[str, Tensor]:
+    """Every tensor of `expected_shapes`, checked (shape, finite values), converted to `dtype` on `device`.
+
+    Tensors for which `is_ignored(name)` holds are skipped; any other tensor not in `expected_shapes`,
+    and any expected tensor absent from all files, is an error.
+    """
+    files, indexed_names = _weight_files(model_dir)
+    tensors: dict[str, Tensor] = {}
+    found_in: dict[str, Path] = {}
+    for path in files:
+        with _open_safetensors(path) as handle:
+            for name in handle.keys():
+                if name in found_in:
+                    raise ModelLoadError(f"{path}: tensor {name!r} is also stored in {found_in[name]}")
+                found_in[name] = path
+                if is_ignored(name):
+                    continue
+                if name not in expected_shapes:
+                    raise ModelLoadError(f"{path}: unexpected tensor {name!r} for this architecture")
+                tensors[name] = _checked_tensor(handle, path, name, expected_shapes[name], dtype, device)
+    for name, path in indexed_names.items():
+        if found_in.get(name) != path:
+            raise ModelLoadError(f"{model_dir / SAFETENSORS_INDEX_FILE}: tensor {name!r} is not in {path.name}")
+    missing = sorted(set(expected_shapes) - set(tensors))
+    if missing:
+        shown = ", ".join(repr(name) for name in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        listed = ", ".join(path.name for path in files)
+        raise ModelLoadError(f"{model_dir}: missing tensor(s) {shown} (searched {listed})")
+    return tensors
+
+
+def _weight_files(model_dir: Path) -> tuple[list[Path], dict[str, Path]]:
+    """The safetensors files to read, and (when sharded) which file the index promises for each tensor."""
+    index_path = model_dir / SAFETENSORS_INDEX_FILE
+    if not index_path.is_file():
+        files = sorted(model_dir.glob("*.safetensors"))
+        if not files:
+            raise ModelLoadError(f"{model_dir}: no *.safetensors weight file")
+        return files, {}
+    weight_map = _read_json_object(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(value, str) for value in weight_map.values()):
+        raise ModelLoadError(f"{index_path}: weight_map must map tensor names to file names")
+    indexed_names = {name: model_dir / file_name for name, file_name in weight_map.items()}
+    files = sorted(set(indexed_names.values()))
+    for path in files:
+        if not path.is_file():
+            raise ModelLoadError(f"{index_path}: shard {path.name} does not exist")
+    return files, indexed_names
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        parsed = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path}: file is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{path}: unreadable or invalid JSON ({error})") from None
+    if not isinstance(parsed, dict):
+        raise ModelLoadError(f"{path}: expected a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def _open_safetensors(path: Path) -> Any:
+    try:
+        return safe_open(str(path), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as error:
+        raise ModelLoadError(f"{path}: truncated or corrupt safetensors file ({error})") from None
+
+
+def _checked_tensor(
+    handle: Any,
+    path: Path,
+    name: str,
+    expected_shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> Tensor:
+    try:
+        stored = handle.get_tensor(name)
+    except (SafetensorError, OSError, RuntimeError, ValueError) as error:
+        raise ModelLoadError(f"{path}: cannot read tensor {name!r} ({error})") from None
+    if tuple(stored.shape) != expected_shape:
+        raise ModelLoadError(
+            f"{path}: tensor {name!r} has shape {list(stored.shape)}, the config implies {list(expected_shape)}"
+        )
+    if not stored.is_floating_point():
+        raise ModelLoadError(f"{path}: tensor {name!r} has dtype {stored.dtype}; only float weights are supported")
+    on_device = stored.to(device, copy=True)  # owns its memory: never a view of the file's mapping
+    # Any NaN or infinity makes the sum non-finite (a single reduction is far cheaper than isfinite().all()).
+    if not bool(torch.isfinite(on_device.sum(dtype=torch.float32))):
+        raise ModelLoadError(f"{path}: tensor {name!r} contains NaN or infinite values (corrupt file?)")
+    return on_device.to(dtype)

@@ -1,0 +1,49 @@
+"""The decoder's self-attention block: q/k/v projections (optional bias), optional per-head q/k RMSNorm,
+RoPE, paged attention through a pluggable backend, and the output projection.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from arbi_grpc.models.attention_backend import AttentionBackend
+from arbi_grpc.models.attention_metadata import AttentionMetadata
+from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.layers import RMSNorm
+from arbi_grpc.models.rotary import apply_rotary
+
+
+class DecoderAttention(nn.Module):
+    """Grouped-query self-attention of one layer, parameter names as in HF Llama/Qwen2/Qwen3 checkpoints."""
+
+    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self.backend = backend
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        query_width = config.num_heads * config.head_dim
+        kv_width = config.num_kv_heads * config.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, query_width, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.hidden_size, kv_width, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.hidden_size, kv_width, bias=config.attention_bias)
+        self.o_proj = nn.Linear(query_width, config.hidden_size, bias=config.output_projection_bias)
+        self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+
+    def forward(
+        self, states: Tensor, cos: Tensor, sin: Tensor, metadata: AttentionMetadata, kv_cache: PagedKVCache
+    ) -> Tensor:
+        num_tokens = states.shape[0]
+        query = self.q_proj(states).view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
+        key = self.k_proj(states).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        value = self.v_proj(states).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        if self.q_norm is not None and self.k_norm is not None:
+            query = self.q_norm(query)
+            key = self.k_norm(key)
+        query = apply_rotary(query, cos, sin)
+        key = apply_rotary(key, cos, sin)
+        attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
+        return self.o_proj(attended.reshape(num_tokens, self.num_heads * self.head_dim))

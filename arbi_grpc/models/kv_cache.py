@@ -1,0 +1,90 @@
+"""The paged KV cache storage: per layer, one key and one value tensor of fixed-size token blocks.
+
+Block allocation (which sequence owns which block) belongs to the engine; this module only owns the memory.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from arbi_grpc.models.config import ModelConfig
+
+
+class PagedKVCache:
+    """K and V blocks of every layer, each `[num_blocks, block_size, num_kv_heads, head_dim]`.
+
+    Memory starts zeroed: backends may read stale or padding slots under a mask, and those must hold finite
+    values (0 * NaN would leak NaN through the attention-weighted sum).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        for name, value in (
+            ("num_layers", num_layers),
+            ("num_blocks", num_blocks),
+            ("block_size", block_size),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        self.num_layers = num_layers
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.dtype = dtype
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        self.key_caches: list[Tensor] = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.value_caches: list[Tensor] = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @classmethod
+    def for_model(
+        cls, config: ModelConfig, *, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device | str
+    ) -> PagedKVCache:
+        """A cache shaped for `config`'s layers and key/value heads."""
+        return cls(
+            num_layers=config.num_layers,
+            num_blocks=num_blocks,
+            block_size=block_size,
+            num_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+            dtype=dtype,
+            device=device,
+        )
+
+    @staticmethod
+    def bytes_per_block_for(
+        *, num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        """Bytes one block costs over all layers, K and V: lets the engine size the pool before allocating."""
+        element_size = torch.empty((), dtype=dtype).element_size()
+        return 2 * num_layers * block_size * num_kv_heads * head_dim * element_size
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.bytes_per_block_for(
+            num_layers=self.num_layers,
+            block_size=self.block_size,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            dtype=self.dtype,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.key_caches[0].device
+
+    def layer(self, layer_index: int) -> tuple[Tensor, Tensor]:
+        """The (key, value) block tensors of one layer."""
+        return self.key_caches[layer_index], self.value_caches[layer_index]

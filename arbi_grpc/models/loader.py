@@ -1,0 +1,49 @@
+"""`load_model`: build the decoder for an HF-style model directory and fill it with its safetensors weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from arbi_grpc.errors import ModelLoadError
+from arbi_grpc.models.attention_backend import AttentionBackend
+from arbi_grpc.models.checkpoint_reader import read_checkpoint_tensors, read_hf_config
+from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
+
+# Checkpoints written by older transformers versions carry RoPE tables that we recompute.
+_RECOMPUTED_SUFFIX = ".rotary_emb.inv_freq"
+
+
+def load_model(
+    model_dir: Path,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    attention_backend: AttentionBackend | None = None,
+) -> tuple[CausalLM, ModelConfig]:
+    """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad) and its config.
+
+    Raises ModelLoadError for missing, truncated or corrupt files and missing or mis-shaped tensors,
+    UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES.
+    """
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir}: model directory does not exist")
+    config = ModelConfig.from_hf_config(read_hf_config(model_dir))
+    with torch.device("meta"):  # shapes only: the weights come from the checkpoint
+        model = CausalLM(config, attention_backend=attention_backend or TorchPagedAttention(), device=device)
+    expected_shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+    def is_ignored(name: str) -> bool:
+        # A tied checkpoint may still store lm_head.weight; the tie wins, as in transformers.
+        return name.endswith(_RECOMPUTED_SUFFIX) or (config.tie_word_embeddings and name == "lm_head.weight")
+
+    tensors = read_checkpoint_tensors(
+        model_dir, expected_shapes=expected_shapes, is_ignored=is_ignored, dtype=dtype, device=device
+    )
+    model.load_state_dict(tensors, strict=True, assign=True)
+    model.requires_grad_(False)
+    return model.eval(), config

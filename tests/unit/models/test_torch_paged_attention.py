@@ -1,0 +1,149 @@
+"""The torch reference paged attention against plain dense causal attention, and the metadata it reads."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
+from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
+from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule, tokens_needed
+
+
+def dense_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """query [L, H, D], key/value [L, Hkv, D] -> [L, H, D] with an explicit softmax and repeated K/V heads."""
+    group = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(group, dim=1)  # [L, H, D]
+    value = value.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", query, key) / query.shape[-1] ** 0.5  # [H, L, L]
+    length = query.shape[0]
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+    return torch.einsum("hqk,khd->qhd", weights, value)
+
+
+def _random_sequences(
+    generator: torch.Generator, lengths: list[int], heads: int, kv_heads: int
+) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per sequence: query [L, heads, 8], key and value [L, kv_heads, 8]."""
+    head_dim = 8
+    return {
+        sequence: tuple(
+            torch.randn(length, count, head_dim, generator=generator) for count in (heads, kv_heads, kv_heads)
+        )
+        for sequence, length in enumerate(lengths)
+    }
+
+
+def _play(
+    rng: random.Random,
+    steps: list[list[tuple[int, int]]],
+    sequences: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    block_size: int,
+    num_layers: int,
+    num_blocks: int = 160,
+    backend: TorchPagedAttention = TorchPagedAttention(),
+) -> list[dict[int, torch.Tensor]]:
+    """Run each step through the backend on every layer, layer l fed inputs scaled by l + 1 (so a mix-up between
+    layers' caches shows), layers in random order. Returns per layer {sequence: outputs of its processed tokens}."""
+    kv_heads, head_dim = sequences[0][1].shape[1:]
+    kv_cache = PagedKVCache(
+        num_layers=num_layers, num_blocks=num_blocks, block_size=block_size, num_kv_heads=kv_heads,
+        head_dim=head_dim, dtype=torch.float32, device="cpu",
+    )
+    runner = PagedStepRunner(block_size=block_size, num_blocks=num_blocks, rng=rng)
+    outputs: list[dict[int, list[torch.Tensor]]] = [{seq: [] for seq in sequences} for _ in range(num_layers)]
+    for step in steps:
+        metadata, _, spans = runner.plan_step(step)
+        flat = [torch.cat([sequences[seq][part][start:end] for seq, start, end in spans]) for part in range(3)]
+        for layer in rng.sample(range(num_layers), num_layers):
+            output = backend.forward(layer, *(tensor * (layer + 1) for tensor in flat), metadata, kv_cache)
+            offset = 0
+            for sequence, start, end in spans:
+                outputs[layer][sequence].append(output[offset : offset + end - start])
+                offset += end - start
+    return [{seq: torch.cat(parts) for seq, parts in layer_outputs.items()} for layer_outputs in outputs]
+
+
+def _expected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int) -> torch.Tensor:
+    return dense_causal_attention(query * (layer + 1), key * (layer + 1), value * (layer + 1))
+
+
+@pytest.mark.parametrize("decode_group_size", [2, 16])
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (6, 2), (8, 1)])
+def test_chunked_prefill_and_decode_match_dense(decode_group_size, block_size, heads, kv_heads, rng, torch_generator):
+    prompt_lens = [rng.randint(2, 30) for _ in range(5)]
+    steps = chunked_schedule(rng, prompt_lens, decode_steps=4)
+    lengths = [tokens_needed(steps)[sequence] for sequence in range(len(prompt_lens))]
+    sequences = _random_sequences(torch_generator, lengths, heads, kv_heads)
+    backend = TorchPagedAttention(max_decode_group_size=decode_group_size)
+    outputs = _play(rng, steps, sequences, block_size, num_layers=2, num_blocks=200, backend=backend)
+    for layer, layer_outputs in enumerate(outputs):
+        for sequence, (query, key, value) in sequences.items():
+            torch.testing.assert_close(layer_outputs[sequence], _expected(query, key, value, layer))
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [TorchPagedAttention(), TorchPagedAttention(max_decode_group_size=5, max_decode_group_tokens=96)],
+    ids=["default-groups", "small-groups"],
+)
+def test_large_decode_only_batch_matches_dense(backend, rng, torch_generator):
+    lengths = [rng.randint(1, 40) for _ in range(48)]
+    sequences = _random_sequences(torch_generator, lengths, heads=6, kv_heads=3)
+    # Prefill everything but the last token (one-token prompts have nothing to prefill), then one decode step.
+    prefill = [(seq, length - 1) for seq, length in enumerate(lengths) if length > 1]
+    decode = [(seq, 1) for seq in range(len(lengths))]
+    rng.shuffle(decode)
+    outputs = _play(rng, [prefill, decode], sequences, block_size=8, num_layers=1, num_blocks=48 * 5, backend=backend)
+    for sequence, (query, key, value) in sequences.items():
+        torch.testing.assert_close(outputs[0][sequence][-1:], _expected(query, key, value, 0)[-1:])
+
+
+def test_decode_groups_respect_both_limits(rng):
+    backend = TorchPagedAttention(max_decode_group_size=4, max_decode_group_tokens=64)
+    block_size = 8
+    sorted_lens = tuple(sorted(rng.randint(1, 70) for _ in range(30)))
+    groups = list(backend._decode_groups(sorted_lens, block_size))
+    assert groups[0][0] == 0 and groups[-1][1] == len(sorted_lens)
+    for (start, end), (next_start, _) in zip(groups, groups[1:]):
+        assert end == next_start
+    for start, end in groups:
+        padded_longest = -(-sorted_lens[end - 1] // block_size) * block_size
+        assert end - start == 1 or ((end - start) <= 4 and (end - start) * padded_longest <= 64)
+
+
+def test_metadata_build_maps_tokens_to_their_block_slots():
+    block_size = 4
+    tables = [[7, 2, 5], [0], [3, 9], [4]]
+    query_lens, seq_lens = [3, 1, 6, 1], [10, 2, 6, 1]
+    metadata = AttentionMetadata.build(
+        query_lens=query_lens, seq_lens=seq_lens, block_tables=tables, block_size=block_size
+    )
+    # Sequence 0 writes positions 7, 8, 9; sequence 1 position 1; sequence 2 positions 0..5; sequence 3 position 0.
+    expected_slots = [2 * 4 + 3, 5 * 4 + 0, 5 * 4 + 1, 0 * 4 + 1, 12, 13, 14, 15, 36, 37, 4 * 4]
+    assert metadata.slot_mapping.tolist() == expected_slots
+    assert metadata.query_start_loc.tolist() == [0, 3, 4, 10, 11]
+    assert metadata.block_tables.tolist() == [[7, 2, 5], [0, 0, 0], [3, 9, 0], [4, 0, 0]]
+    assert metadata.decode_sequence_indices.tolist() == [3, 1]  # by increasing seq_len
+    assert metadata.decode_seq_lens_host == (1, 2)
+    assert metadata.prefill_sequence_indices == (0, 2)
+    assert token_positions(query_lens, seq_lens).tolist() == [7, 8, 9, 1, 0, 1, 2, 3, 4, 5, 0]
+
+
+def test_metadata_rejects_a_block_table_too_short():
+    with pytest.raises(ValueError, match="cannot hold"):
+        AttentionMetadata.build(query_lens=[2], seq_lens=[9], block_tables=[[0, 1]], block_size=4)
+
+
+def test_bytes_per_block_counts_every_layer_key_and_value():
+    cache = PagedKVCache(
+        num_layers=3, num_blocks=5, block_size=16, num_kv_heads=2, head_dim=8, dtype=torch.bfloat16, device="cpu"
+    )
+    assert cache.bytes_per_block == 2 * 3 * 16 * 2 * 8 * 2
+    total = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
+    assert total == cache.bytes_per_block * cache.num_blocks
