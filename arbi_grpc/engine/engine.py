@@ -1,7 +1,7 @@
 """The engine loop: one thread that owns the scheduler and the model runner.
 
-Other threads talk to it only through `submit` and `cancel`, which post tasks to a queue (a cancel is a
-task too). Each step the loop takes new tasks, schedules, runs the model once, and streams outputs back
+Other threads talk to it only through `submit`, `cancel` and `call`, which post tasks to a queue (a cancel
+is a task too); once `shutdown` began, new submits and calls are refused with UnavailableError. Each step the loop takes new tasks, schedules, runs the model once, and streams outputs back
 through each request's sink. Outputs are delivered on the engine thread: sinks must be cheap and
 thread-safe (the gRPC servicer hands them to its event loop).
 """
@@ -20,7 +20,7 @@ from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOutput
 from arbi_grpc.engine.sampler import SamplingState
-from arbi_grpc.engine.scheduler import Scheduler
+from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
 from arbi_grpc.engine.sequence import OutputSink, Sequence, SequenceStatus
 from arbi_grpc.errors import ArbiError, ResourceExhaustedError, UnavailableError
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
@@ -39,6 +39,7 @@ class _Submit:
 @dataclass(frozen=True)
 class _Cancel:
     request_id: str
+    future: Future  # True when the request was in the engine
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,20 @@ class _Call:
     future: Future
 
 
+@dataclass(frozen=True)
 class _Shutdown:
-    pass
+    error: ArbiError  # ends every request still in the engine
+
+
+@dataclass(frozen=True)
+class RequestSnapshot:
+    """Where one request stands, for listings (taken on the engine thread between steps)."""
+
+    request_id: str
+    running: bool
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_blocks: int
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,7 @@ class Engine:
         self._lock = threading.Lock()
         self._num_pending = 0  # submitted, not yet taken by the loop
         self._num_waiting = 0  # in the scheduler's waiting queue after the last step
+        self._closed = False  # shutdown began: no new submits or calls
         self._thread: threading.Thread | None = None
 
     # -- called from any thread -------------------------------------------------------------------
@@ -88,6 +102,8 @@ class Engine:
     def submit(self, request: GenerationRequest, sink: OutputSink) -> None:
         """Queues a request; raises ResourceExhaustedError when the waiting queue is full."""
         with self._lock:
+            if self._closed:
+                raise UnavailableError("the model's engine is shutting down; retry")
             queued = self._num_pending + self._num_waiting
             if queued >= self.max_waiting_requests:
                 raise ResourceExhaustedError(
@@ -95,17 +111,54 @@ class Engine:
                     "retry later"
                 )
             self._num_pending += 1
-        self._tasks.put(_Submit(request, sink))
+            self._tasks.put(_Submit(request, sink))  # under the lock: never behind a _Shutdown
 
-    def cancel(self, request_id: str) -> None:
-        """Stops a request at the next step and frees its KV blocks; unknown ids are ignored."""
-        self._tasks.put(_Cancel(request_id))
+    def cancel(self, request_id: str) -> Future:
+        """Stops a request at the next step and frees its KV blocks; unknown ids are ignored.
+
+        The future holds True when the request was in the engine (its stream ends FINISH_REASON_CANCELLED).
+        """
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                future.set_result(False)  # shutdown ends every request anyway
+                return future
+            self._tasks.put(_Cancel(request_id, future))
+        return future
 
     def call(self, function: Callable[[], Any]) -> Future:
         """Runs `function` on the engine thread between two steps; the future holds its result."""
         future: Future = Future()
-        self._tasks.put(_Call(function, future))
+        with self._lock:
+            if self._closed:
+                future.set_exception(UnavailableError("the model's engine is shutting down"))
+                return future
+            self._tasks.put(_Call(function, future))
         return future
+
+    def list_requests(self) -> Future:
+        """The requests in the engine, running ones first, then waiting ones in admission order."""
+        def snapshot() -> list[RequestSnapshot]:
+            held = [*self.scheduler.running, *self.scheduler.waiting]
+            return [
+                RequestSnapshot(s.request_id, s.status is SequenceStatus.RUNNING, s.num_prompt_tokens,
+                                s.num_output_tokens, len(s.block_table))
+                for s in held
+            ]
+        return self.call(snapshot)
+
+    def update_limits(self, limits: SchedulerLimits, max_waiting_requests: int) -> Future:
+        """Replaces the scheduling limits from the next step on."""
+        def apply() -> None:
+            self.scheduler.limits = limits
+            self.max_waiting_requests = max_waiting_requests
+        return self.call(apply)
+
+    @property
+    def num_requests(self) -> int:
+        """Requests submitted and not yet finished (queued as tasks, waiting or running)."""
+        with self._lock:
+            return self._num_pending + len(self._sequences)
 
     def flush_prefix_cache(self, tenant: str | None = None) -> Future:
         """Drops cached prefixes (all, or one tenant's) between steps; the future holds the block count."""
@@ -130,9 +183,14 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="arbi-engine", daemon=True)
         self._thread.start()
 
-    def shutdown(self) -> None:
+    def shutdown(self, error: ArbiError | None = None) -> None:
+        """Ends every request still in the engine with `error` (UNAVAILABLE by default) and stops."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._tasks.put(_Shutdown(error or UnavailableError("the server is shutting down")))
         if self._thread is not None:
-            self._tasks.put(_Shutdown())
             self._thread.join()
             self._thread = None
 
@@ -156,14 +214,14 @@ class Engine:
                 return True
             block = False
             if isinstance(task, _Shutdown):
-                self._abort_all()
+                self._abort_all(task.error)
                 return False
             if isinstance(task, _Submit):
+                self._add(task)
                 with self._lock:
                     self._num_pending -= 1
-                self._add(task)
             elif isinstance(task, _Cancel):
-                self._cancel(task.request_id)
+                task.future.set_result(self._cancel(task.request_id))
             else:
                 self._run_call(task)
 
@@ -190,10 +248,10 @@ class Engine:
         except Exception as error:  # handed to the caller through the future
             task.future.set_exception(error)
 
-    def _cancel(self, request_id: str) -> None:
+    def _cancel(self, request_id: str) -> bool:
         sequence = self._sequences.pop(request_id, None)
         if sequence is None:
-            return
+            return False
         self.scheduler.finish(sequence)
         sequence.sink(RequestOutput(
             request_id=request_id,
@@ -201,6 +259,7 @@ class Engine:
             prompt_token_count=sequence.num_prompt_tokens,
             output_token_count=sequence.num_output_tokens,
         ))
+        return True
 
     def step(self) -> None:
         """Schedules, runs the model once, and streams what it produced."""
@@ -241,10 +300,9 @@ class Engine:
             self.scheduler.finish(sequence)
         sequence.sink(output)
 
-    def _abort_all(self) -> None:
+    def _abort_all(self, error: ArbiError) -> None:
         for sequence in list(self._sequences.values()):
-            self._finish(sequence, RequestOutput(
-                sequence.request_id, error=UnavailableError("the server is shutting down")))
+            self._finish(sequence, RequestOutput(sequence.request_id, error=error))
 
     def _sync_waiting_count(self) -> None:
         with self._lock:

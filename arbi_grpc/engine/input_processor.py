@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from arbi_grpc.engine.request import GenerationRequest
+from arbi_grpc.engine.request import GenerationRequest, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.text.chat_template import ChatTemplate
@@ -68,13 +68,15 @@ class InputProcessor:
         return token_ids
 
     def build(self, request_id: str, prompt: PromptInput, sampling: SamplingParams,
-              stopping: StoppingParams) -> GenerationRequest:
+              stopping: StoppingParams, scheduling: SchedulingParams = SchedulingParams()
+              ) -> GenerationRequest:
         stopping.check_vocab(self.vocab_size)
         return GenerationRequest(
             request_id=request_id,
             prompt_token_ids=tuple(self.tokenize(prompt)),
             sampling=sampling,
             stopping=stopping,
+            scheduling=scheduling,
         )
 
     def _check_vocabulary(self, field: str, token_ids: list[int]) -> None:

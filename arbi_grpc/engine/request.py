@@ -28,20 +28,27 @@ class Priority(enum.IntEnum):
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
-    """A validated, tokenized request ready for scheduling.
+class SchedulingParams:
+    """How a request is scheduled and cached.
 
     `tenant` names the prefix-cache namespace: requests of one tenant never reuse another's KV blocks.
     `use_prefix_cache` False neither reads nor writes the cache.
     """
 
+    priority: Priority = Priority.INTERACTIVE
+    tenant: str = ""
+    use_prefix_cache: bool = True
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated, tokenized request ready for scheduling."""
+
     request_id: str
     prompt_token_ids: tuple[int, ...]
     sampling: SamplingParams
     stopping: StoppingParams
-    priority: Priority = Priority.INTERACTIVE
-    tenant: str = ""
-    use_prefix_cache: bool = True
+    scheduling: SchedulingParams = SchedulingParams()
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,15 @@
 chunked prefill under a per-step token budget, priorities, prefix reuse, and preemption by recompute.
 
 Each step:
-1. Running sequences are served first, interactive before batch, oldest first: a decode takes one token,
-   an unfinished prefill a chunk. When a running sequence cannot grow, the newest batch sequence (else the
+1. Running sequences are served first: interactive before batch, decodes before prefill chunks, oldest
+   first. A decode takes one token, an unfinished prefill a chunk. When a running sequence cannot grow, the newest batch sequence (else the
    newest interactive one) is preempted: its blocks are freed and it waits to be recomputed.
 2. Waiting sequences are admitted, interactive first, while budget, batch slots and blocks last. A new
    sequence first reuses its longest cached prefix; it is admitted only if the blocks for its whole known
    length fit (plus a small reserve for running decodes when others run), so a long prompt is not admitted
    just to be preempted. An interactive sequence that does not fit may preempt running batch sequences.
-3. While others wait, one prefill chunk is capped at `max_prefill_chunk_tokens`, so a long prompt
-   cannot starve short ones.
+3. While another prefill runs or waits, a prefill chunk is capped at `max_prefill_chunk_tokens`, so a
+   long prompt cannot starve short ones.
 """
 
 from __future__ import annotations
@@ -75,12 +75,15 @@ class Scheduler:
     def schedule(self) -> ScheduledStep:
         step = ScheduledStep()
         budget = self.limits.max_step_tokens
-        for sequence in sorted(self.running, key=lambda s: s.priority):
+        # Decodes before prefill chunks within each priority class, oldest first.
+        order = sorted(self.running, key=lambda s: (s.priority, s.num_uncomputed_tokens > 1))
+        prefilling = sum(1 for s in self.running if s.num_uncomputed_tokens > 1)
+        for sequence in order:
             if budget == 0:
                 break
             if sequence.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            num_tokens = self._chunk_size(sequence, budget)
+            num_tokens = self._chunk_size(sequence, budget, contended=prefilling > 1)
             if not self._grow_preempting(sequence, num_tokens, step):
                 continue
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
@@ -90,16 +93,18 @@ class Scheduler:
             if not self._admit(sequence, step):
                 break
             self.waiting.popleft()
-            num_tokens = self._chunk_size(sequence, budget)
+            num_tokens = self._chunk_size(sequence, budget, contended=False)
             if not self.kv.grow(sequence, sequence.num_computed_tokens + num_tokens):
                 raise RuntimeError("admission checked the blocks of the whole sequence")
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
             budget -= num_tokens
         return step
 
-    def _chunk_size(self, sequence: Sequence, budget: int) -> int:
+    def _chunk_size(self, sequence: Sequence, budget: int, contended: bool) -> int:
+        """Tokens to compute for `sequence` this step: a prefill chunk is capped while another prefill
+        (running or waiting) competes for the budget."""
         size = min(sequence.num_uncomputed_tokens, budget)
-        if self.waiting and size > 1:
+        if size > 1 and (contended or self.waiting):
             size = min(size, self.limits.max_prefill_chunk_tokens)
         return size
 

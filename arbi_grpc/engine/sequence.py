@@ -68,12 +68,13 @@ class Sequence:
 
     @property
     def priority(self) -> Priority:
-        return self.request.priority
+        return self.request.scheduling.priority
 
     @property
     def cache_namespace(self) -> str | None:
         """The prefix-cache namespace, or None when this request opted out of the cache."""
-        return self.request.tenant if self.request.use_prefix_cache else None
+        scheduling = self.request.scheduling
+        return scheduling.tenant if scheduling.use_prefix_cache else None
 
     @property
     def wants_prompt_logprobs(self) -> bool:

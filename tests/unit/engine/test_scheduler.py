@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arbi_grpc.engine.kv_cache_manager import KVCacheManager
-from arbi_grpc.engine.request import GenerationRequest, Priority
+from arbi_grpc.engine.request import GenerationRequest, Priority, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
@@ -30,7 +30,7 @@ def _sequence(index: int, prompt_len: int, priority: Priority = Priority.INTERAC
         prompt_token_ids=tuple(range(first_token, first_token + prompt_len)),
         sampling=SamplingParams(),
         stopping=StoppingParams(max_output_tokens=8),
-        priority=priority,
+        scheduling=SchedulingParams(priority=priority),
     )
     # The scheduler never touches the sampling or text pipeline.
     return Sequence(request=request, sink=lambda _: None, sampling_state=None,
@@ -142,3 +142,57 @@ def test_preemption_frees_the_newest_and_recomputes_it() -> None:
     assert second.status is SequenceStatus.WAITING and second.num_computed_tokens == 0
     assert second.block_table == [] and list(scheduler.waiting) == [second]
     assert [(c.sequence, c.num_tokens) for c in step.chunks] == [(first, 1)]
+
+
+def _run(step) -> None:
+    """Applies a step as the engine would: tokens computed, a token sampled where a chunk completes."""
+    for chunk in step.chunks:
+        chunk.sequence.num_computed_tokens += chunk.num_tokens
+        if chunk.completes_sequence:
+            chunk.sequence.token_ids.append(7)
+
+
+def test_interactive_is_admitted_before_earlier_batch() -> None:
+    scheduler = _scheduler(32, max_running=1, budget=64)
+    batch = _sequence(0, 5, Priority.BATCH)
+    interactive = _sequence(1, 5, Priority.INTERACTIVE)
+    scheduler.add(batch)
+    scheduler.add(interactive)
+    step = scheduler.schedule()
+    assert [c.sequence for c in step.chunks] == [interactive]
+
+
+def test_interactive_preempts_batch_when_blocks_run_out() -> None:
+    scheduler = _scheduler(4, max_running=4, budget=64)
+    batch = _sequence(0, 12, Priority.BATCH)  # 3 of the 4 blocks
+    scheduler.add(batch)
+    _run(scheduler.schedule())
+    interactive = _sequence(1, 8, Priority.INTERACTIVE, first_token=50)  # needs 2 blocks
+    scheduler.add(interactive)
+    step = scheduler.schedule()
+    assert step.preempted == [batch]
+    assert [c.sequence for c in step.chunks] == [interactive]
+    assert batch.status is SequenceStatus.WAITING and batch.block_table == []
+
+
+def test_long_prompt_cannot_starve_short_ones() -> None:
+    scheduler = _scheduler(256, max_running=8, budget=32, chunk=16)
+    long = _sequence(0, 400)
+    scheduler.add(long)
+    _run(scheduler.schedule())  # alone: the long prompt takes the whole budget
+    assert long.num_computed_tokens == 32
+    shorts = [_sequence(i, 6, first_token=1000 * i) for i in range(1, 4)]
+    for short in shorts:
+        scheduler.add(short)
+    step = scheduler.schedule()
+    chunks = {c.sequence.request_id: c.num_tokens for c in step.chunks}
+    assert chunks["r0"] == 16  # capped while others wait
+    assert chunks["r1"] == 6 and chunks["r2"] == 6 and chunks["r3"] == 4  # the rest of the budget
+    _run(step)
+    step = scheduler.schedule()  # decodes first; two prefills still compete, so both are capped
+    assert [(c.sequence.request_id, c.num_tokens) for c in step.chunks] == [
+        ("r1", 1), ("r2", 1), ("r0", 16), ("r3", 2)]
+    _run(step)
+    step = scheduler.schedule()  # the long prompt is the only prefill left: no cap
+    assert [(c.sequence.request_id, c.num_tokens) for c in step.chunks] == [
+        ("r1", 1), ("r2", 1), ("r3", 1), ("r0", 29)]
