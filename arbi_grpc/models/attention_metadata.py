@@ -27,7 +27,7 @@ class AttentionMetadata:
     query_lens_host: tuple[int, ...]  # [B] new tokens of each sequence this step (>= 1)
     seq_lens_host: tuple[int, ...]  # [B] same values as `seq_lens`
     # Derived. Decode sequences (exactly one new token), by increasing seq_len so that backends can batch
-    # neighbours with little padding; the rest, in batch order.
+    # neighbours with little padding; prefill sequences (more than one new token) in batch order.
     decode_sequence_indices: Tensor = field(init=False)  # [B_decode] int64, on the metadata's device
     decode_seq_lens_host: tuple[int, ...] = field(init=False)  # [B_decode] their seq_lens, non-decreasing
     prefill_sequence_indices: tuple[int, ...] = field(init=False)  # sequences with more than one new token

@@ -26,15 +26,18 @@ def load_model(
 ) -> tuple[CausalLM, ModelConfig]:
     """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad) and its config.
 
+    Without `attention_backend`, the torch reference backend tuned for `device` runs attention.
     Raises ModelLoadError for missing, truncated or corrupt files and missing or mis-shaped tensors,
-    UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES.
+    UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES, and NotImplementedError
+    for features of a supported architecture that the decoder lacks (e.g. sliding windows, yarn RoPE).
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelLoadError(f"{model_dir}: model directory does not exist")
     config = ModelConfig.from_hf_config(read_hf_config(model_dir))
+    backend = attention_backend or TorchPagedAttention.for_device(device)
     with torch.device("meta"):  # shapes only: the weights come from the checkpoint
-        model = CausalLM(config, attention_backend=attention_backend or TorchPagedAttention(), device=device)
+        model = CausalLM(config, attention_backend=backend, device=device)
     expected_shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
     def is_ignored(name: str) -> bool:

