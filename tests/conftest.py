@@ -9,6 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
+
+# Triton reads this when a kernel is defined, so it must be set before arbi_kernels is first imported:
+# without CUDA the kernels run in Triton's interpreter.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

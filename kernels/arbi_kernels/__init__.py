@@ -1,0 +1,21 @@
+"""arbi_kernels: Triton kernels for arbi-serve's GPU fast path, each with a torch reference in `reference`.
+
+Importing this package imports triton; set TRITON_INTERPRET=1 before the import to run on CPU.
+"""
+
+from arbi_kernels.activation import silu_and_mul
+from arbi_kernels.decode_attention import paged_decode_attention
+from arbi_kernels.kv_cache_write import write_kv_cache
+from arbi_kernels.prefill_attention import paged_prefill_attention
+from arbi_kernels.norm import rms_norm
+from arbi_kernels.rotary import apply_rotary_embedding, build_rotary_cache
+
+__all__ = [
+    "apply_rotary_embedding",
+    "build_rotary_cache",
+    "paged_decode_attention",
+    "paged_prefill_attention",
+    "rms_norm",
+    "silu_and_mul",
+    "write_kv_cache",
+]

@@ -1,0 +1,215 @@
+"""Paged decode attention: one new query per sequence against its whole cached context (flash-decoding).
+
+Each program takes one (sequence, kv head, split): the query heads of that kv head's GQA group form the rows
+of one tile, so K/V are read once per group. Long contexts are cut into `num_splits` partitions whose partial
+results (normalized output + log-sum-exp) a second kernel merges; with one split the first kernel writes the
+final output directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from arbi_kernels.attention_core import (
+    LOG2_E,
+    dot_precision,
+    online_softmax_step,
+    paged_token_offsets,
+    validate_paged_attention,
+)
+from arbi_kernels.checks import next_power_of_two, require_num_warps, require_shape, require_tile_size
+
+MIN_TOKENS_PER_SPLIT = 256
+MAX_SPLITS = 256
+PROGRAMS_PER_SM = 8  # from split-count sweeps on an H200, see docs/kernels.md
+
+
+@dataclass(frozen=True)
+class DecodeTiles:
+    """Launch shape of the decode kernel: context tokens per loop step and warps per program."""
+
+    block_n: int = 64
+    num_warps: int = 4
+
+    def __post_init__(self) -> None:
+        require_tile_size("block_n", self.block_n)
+        require_num_warps(self.num_warps)
+
+
+@triton.jit(do_not_specialize=["group_size", "tokens_per_split", "stride_bt_seq"])
+def _decode_partition_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+    out_ptr, partial_out_ptr, partial_lse_ptr,
+    qk_scale, group_size, tokens_per_split,
+    stride_q_seq, stride_q_head,
+    stride_cache_block, stride_cache_slot, stride_cache_head,
+    stride_bt_seq,
+    stride_out_seq, stride_out_head,
+    stride_po_seq, stride_po_head, stride_po_split,
+    stride_pl_seq, stride_pl_head,
+    GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    split_start = split * tokens_per_split
+    split_end = tl.minimum(split_start + tokens_per_split, seq_len)
+
+    rows = tl.arange(0, GROUP_PAD)
+    row_valid = rows < group_size
+    q_heads = kv_head * group_size + rows  # [GROUP_PAD] query heads of this kv head's group
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(
+        q_ptr + seq.to(tl.int64) * stride_q_seq + q_heads[:, None] * stride_q_head + dims[None, :],
+        mask=row_valid[:, None], other=0.0,
+    )  # q: [GROUP_PAD, D]
+
+    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
+    block_table_row = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq
+    head_offset = kv_head * stride_cache_head
+    for tile_start in range(split_start, split_end, BLOCK_N):
+        tokens = tile_start + tl.arange(0, BLOCK_N)
+        token_valid = tokens < split_end
+        rows_offsets = paged_token_offsets(
+            block_table_row, tokens, token_valid, stride_cache_block, stride_cache_slot, PAGE_SIZE
+        )
+        kv_offsets = rows_offsets[:, None] + head_offset + dims[None, :]  # [BLOCK_N, D]
+        k = tl.load(k_cache_ptr + kv_offsets, mask=token_valid[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_offsets, mask=token_valid[:, None], other=0.0)
+        m_i, l_i, acc = online_softmax_step(
+            q, k, v, token_valid[None, :], m_i, l_i, acc, qk_scale, True, DOT_PRECISION
+        )
+
+    has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
+    normalized = acc / tl.where(has_tokens, l_i, 1.0)[:, None]  # [GROUP_PAD, D]
+    if SINGLE_SPLIT:
+        out_ptrs = out_ptr + seq.to(tl.int64) * stride_out_seq + q_heads[:, None] * stride_out_head + dims[None, :]
+        tl.store(out_ptrs, normalized.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
+    else:
+        head_base = seq.to(tl.int64) * stride_po_seq + q_heads * stride_po_head + split * stride_po_split
+        tl.store(partial_out_ptr + head_base[:, None] + dims[None, :], normalized, mask=row_valid[:, None])
+        lse = tl.where(has_tokens, m_i + tl.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
+        lse_ptrs = partial_lse_ptr + seq.to(tl.int64) * stride_pl_seq + q_heads * stride_pl_head + split
+        tl.store(lse_ptrs, lse, mask=row_valid)
+
+
+@triton.jit(do_not_specialize=["num_splits"])
+def _decode_merge_kernel(
+    partial_out_ptr, partial_lse_ptr, out_ptr, num_splits,
+    stride_po_seq, stride_po_head, stride_po_split,
+    stride_pl_seq, stride_pl_head,
+    stride_out_seq, stride_out_head,
+    HEAD_DIM: tl.constexpr, SPLIT_PAD: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLIT_PAD)
+    split_valid = splits < num_splits
+    dims = tl.arange(0, HEAD_DIM)
+    lse = tl.load(
+        partial_lse_ptr + seq * stride_pl_seq + head * stride_pl_head + splits, mask=split_valid,
+        other=float("-inf"),
+    )  # [SPLIT_PAD], log2 units
+    lse_max = tl.max(lse, axis=0)
+    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+    weights = tl.exp2(lse - lse_max)  # [SPLIT_PAD]
+    total = tl.sum(weights, axis=0)
+    partial = tl.load(
+        partial_out_ptr + seq * stride_po_seq + head * stride_po_head + splits[:, None] * stride_po_split
+        + dims[None, :],
+        mask=split_valid[:, None], other=0.0,
+    )  # [SPLIT_PAD, D]
+    merged = tl.sum(partial * weights[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)  # [D]
+    tl.store(out_ptr + seq * stride_out_seq + head * stride_out_head + dims, merged.to(out_ptr.dtype.element_ty))
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
+    """Enough partitions to give every SM about PROGRAMS_PER_SM programs, none shorter than 256 tokens."""
+    useful = triton.cdiv(max(max_seq_len, 1), MIN_TOKENS_PER_SPLIT)
+    wanted = triton.cdiv(PROGRAMS_PER_SM * num_sms, num_seqs * num_kv_heads)
+    return max(1, min(useful, wanted, MAX_SPLITS))
+
+
+def _multiprocessor_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1
+
+
+def paged_decode_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    softmax_scale: float,
+    max_seq_len: int | None = None,
+    num_splits: int | None = None,
+    tiles: DecodeTiles = DecodeTiles(),
+) -> torch.Tensor:
+    """Attention output [B, Hq, D] for query [B, Hq, D] over each sequence's first seq_lens[b] cached tokens.
+
+    key_cache/value_cache: [num_blocks, block_size, Hkv, D] (the new token's K/V already written);
+    block_tables: [B, max_blocks] int32; seq_lens: [B] int32 (0 gives a zero output row).
+    max_seq_len: an upper bound on seq_lens, used to size the split; None reads it from seq_lens (a device
+    sync). num_splits: None picks one from the GPU's size; pass it to pin the launch shape (CUDA graphs).
+    tiles: the kernel's tile shape (a tuning knob; the default suits head_dim 64 and 128).
+    """
+    validate_paged_attention(query, key_cache, value_cache, block_tables, seq_lens, softmax_scale)
+    require_shape("query", query, {"num_seqs": seq_lens.shape[0], "num_heads": None, "head_dim": None})
+    num_seqs, num_heads, head_dim = query.shape
+    page_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
+    output = torch.empty_like(query)
+    if num_seqs == 0:
+        return output
+    if max_seq_len is None:
+        max_seq_len = int(seq_lens.max().item())
+    if max_seq_len < 0:
+        raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
+    if num_splits is None:
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, _multiprocessor_count(query.device))
+    if not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
+
+    group_size = num_heads // num_kv_heads
+    tokens_per_split = triton.cdiv(triton.cdiv(max(max_seq_len, 1), num_splits), tiles.block_n) * tiles.block_n
+    single_split = num_splits == 1
+    partial_out = torch.empty(
+        (num_seqs, num_heads, num_splits, head_dim) if not single_split else (1, 1, 1, 1),
+        dtype=torch.float32, device=query.device,
+    )
+    partial_lse = torch.empty(
+        (num_seqs, num_heads, num_splits) if not single_split else (1, 1, 1), dtype=torch.float32,
+        device=query.device,
+    )
+    _decode_partition_kernel[(num_seqs, num_kv_heads, num_splits)](
+        query, key_cache, value_cache, block_tables, seq_lens,
+        output, partial_out, partial_lse,
+        softmax_scale * LOG2_E, group_size, tokens_per_split,
+        query.stride(0), query.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        block_tables.stride(0),
+        output.stride(0), output.stride(1),
+        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+        partial_lse.stride(0), partial_lse.stride(1),
+        GROUP_PAD=max(16, next_power_of_two(group_size)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, DOT_PRECISION=dot_precision(query.dtype),
+        num_warps=tiles.num_warps,
+    )
+    if not single_split:
+        _decode_merge_kernel[(num_seqs, num_heads)](
+            partial_out, partial_lse, output, num_splits,
+            partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+            partial_lse.stride(0), partial_lse.stride(1),
+            output.stride(0), output.stride(1),
+            HEAD_DIM=head_dim, SPLIT_PAD=next_power_of_two(num_splits), num_warps=4,
+        )
+    return output
