@@ -1,4 +1,5 @@
-"""The `arbi-serve` command line: serve, run, chat, pull, list.
+"""The `arbi-serve` command line: serve, run, chat, pull, list, and the operator commands doctor, config,
+plan, ps and stop (implemented in `commands/`).
 
 Only `serve`, `run` (when it boots a server), `pull` and `list` import the server stack; `chat` needs
 grpcio alone, so it works on a client-only install.
@@ -12,11 +13,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from arbi_grpc import __version__
+from arbi_grpc.commands import register as register_operator_commands
+from arbi_grpc.commands.paths import run_state_dir
 from arbi_grpc.errors import ArbiError
 
+if TYPE_CHECKING:
+    from arbi_grpc.observability.settings import ObservabilityConfig
+
 DEFAULT_PORT = 50051
+DEFAULT_HTTP_PORT = 8000
+_TOKEN_ENV = "ARBI_GENERATE_TOKEN"  # the same variable sets the server's generate_token
 _SERVE_BOOT_TIMEOUT_S = 600.0
 
 
@@ -25,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except ArbiError as error:
+    except (ArbiError, NotImplementedError) as error:
         print(f"arbi-serve: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -40,9 +49,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve a model over gRPC")
-    _add_engine_flags(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"gRPC port (default {DEFAULT_PORT})")
+    _add_config_flags(serve)
     serve.set_defaults(handler=_serve)
 
     run = commands.add_parser("run", help="boot a server if none is running, then chat in the terminal")
@@ -50,6 +57,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"gRPC port (default {DEFAULT_PORT})")
     run.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply")
     run.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
+    run.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT,
+                     help=f"port of the REST/OpenAI gateway started beside the server (default "
+                          f"{DEFAULT_HTTP_PORT}; 0: none)")
     run.set_defaults(handler=_run)
 
     chat = commands.add_parser("chat", help="send one chat message to a running server")
@@ -58,6 +68,8 @@ def _build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--model", default="", help="model name (default: the resident model)")
     chat.add_argument("--max-tokens", type=int, default=512, help="most tokens in the reply")
     chat.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
+    chat.add_argument("--token", default=os.environ.get(_TOKEN_ENV, ""),
+                      help=f"the server's generate token, when it requires one (default: ${_TOKEN_ENV})")
     chat.set_defaults(handler=_chat)
 
     pull = commands.add_parser("pull", help="import a model into the local cache without serving it")
@@ -66,31 +78,52 @@ def _build_parser() -> argparse.ArgumentParser:
 
     list_models = commands.add_parser("list", help="list models in the local cache")
     list_models.set_defaults(handler=_list)
+    register_operator_commands(commands)
     return parser
 
 
-def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     from arbi_grpc.config import EngineConfig
     from arbi_grpc.config_flags import add_flags
+    from arbi_grpc.observability.settings import ObservabilityConfig
+    from arbi_grpc.server_config import ServerConfig
 
     add_flags(parser, EngineConfig)
-
-
-def _engine_config(args: argparse.Namespace):
-    from arbi_grpc.config import EngineConfig
-    from arbi_grpc.config_flags import resolve
-
-    return resolve(EngineConfig, args)
+    add_flags(parser, ServerConfig)
+    add_flags(parser, ObservabilityConfig)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from arbi_grpc.server import GrpcServer
-    from arbi_grpc.serving import build_served_model
+    """Starts the server (health NOT_SERVING), loads the model (SERVING), then serves until stopped."""
+    from arbi_grpc.config_flags import resolve
+    from arbi_grpc.observability.logging_setup import configure_logging
+    from arbi_grpc.observability.settings import ObservabilityConfig
 
-    server = GrpcServer(build_served_model(_engine_config(args)), f"{args.host}:{args.port}").start()
-    logging.getLogger("arbi_grpc").info("gRPC server listening on %s", server.target)
+    observability = resolve(ObservabilityConfig, args)
+    logs = configure_logging(observability)
     try:
+        return _serve_with_logs(args, observability)
+    finally:
+        logs.stop()
+
+
+def _serve_with_logs(args: argparse.Namespace, observability: ObservabilityConfig) -> int:
+    from arbi_grpc.config import EngineConfig
+    from arbi_grpc.config_flags import resolve
+    from arbi_grpc.server import GrpcServer
+    from arbi_grpc.server_config import ServerConfig
+
+    engine_config, server_config = resolve(EngineConfig, args), resolve(ServerConfig, args)
+    server = GrpcServer(engine_config, server_config.address, server_config, observability=observability).start()
+    log = logging.getLogger("arbi_grpc")
+    log.info("gRPC server listening on %s; loading %s", server.target, engine_config.model)
+    if server.metrics_exporter is not None:
+        log.info("Prometheus metrics on %s", server.metrics_exporter.url)
+    if server.credentials.admin_token_path is not None:
+        log.info("admin token: %s", server.credentials.admin_token_path)
+    try:
+        server.load_model(engine_config.model)
+        log.info("ready: serving %s", server.served.name)
         server.wait()
     finally:
         server.stop()
@@ -114,8 +147,35 @@ def _run(args: argparse.Namespace) -> int:
         if not wait_until_serving(target, _SERVE_BOOT_TIMEOUT_S, lambda: process.poll() is None):
             print(f"arbi-serve: error: the server did not become ready; see {log_path}", file=sys.stderr)
             return 1
-    options = ChatOptions(max_output_tokens=args.max_tokens, temperature=args.temperature)
+    if args.http_port:
+        _start_gateway(target, args.http_port)
+    options = ChatOptions(max_output_tokens=args.max_tokens, temperature=args.temperature,
+                          token=os.environ.get(_TOKEN_ENV, ""))
     return _repl(target, options)
+
+
+def _start_gateway(upstream: str, http_port: int) -> None:
+    """Starts the REST/OpenAI gateway in the background unless one for `upstream` answers already."""
+    from arbi_gateway.process import GatewayProcess, gateway_upstream
+    from arbi_grpc.server_config import ADMIN_TOKEN_FILE_NAME
+
+    url = f"http://127.0.0.1:{http_port}"
+    running = gateway_upstream(url)
+    if running is None:
+        log_path = _state_dir() / f"gateway-{http_port}.log"
+        arguments = ["--upstream", upstream, "--http-port", str(http_port),
+                     "--admin-token-file", str(_state_dir().parent / ADMIN_TOKEN_FILE_NAME)]
+        try:
+            gateway = GatewayProcess.spawn(arguments, log_path, detach=True)
+        except RuntimeError:
+            print(f"arbi-serve: warning: the gateway did not start; see {log_path}", file=sys.stderr)
+            return
+        (_state_dir() / f"gateway-{http_port}.pid").write_text(f"{gateway.process.pid}\n")
+    elif running != upstream:
+        print(f"arbi-serve: warning: port {http_port} serves a gateway for {running}; none started for "
+              f"{upstream}", file=sys.stderr)
+        return
+    print(f"OpenAI-compatible API on {url}/v1", file=sys.stderr)
 
 
 def _repl(target: str, options) -> int:
@@ -146,7 +206,8 @@ def _chat(args: argparse.Namespace) -> int:
     from arbi_grpc.chat_client import ChatOptions, grpc_target, stream_chat
 
     prompt = args.prompt if args.prompt is not None else sys.stdin.read().strip()
-    options = ChatOptions(max_output_tokens=args.max_tokens, temperature=args.temperature, model=args.model)
+    options = ChatOptions(max_output_tokens=args.max_tokens, temperature=args.temperature, model=args.model,
+                          token=args.token)
     try:
         for piece in stream_chat(grpc_target(args.url), [{"role": "user", "content": prompt}], options):
             print(piece, end="", flush=True)
@@ -174,7 +235,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _state_dir() -> Path:
-    root = Path(os.environ.get("ARBI_CACHE_DIR", Path.home() / ".cache" / "arbi-serve"))
-    path = root / "run"
+    path = run_state_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path

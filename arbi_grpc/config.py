@@ -37,6 +37,10 @@ class EngineConfig:
     max_waiting_requests: int = setting(256, "waiting queue bound; beyond it requests get RESOURCE_EXHAUSTED")
     default_max_output_tokens: int = setting(1024, "output length of requests that set none")
     torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")
+    memory_limit_mib: int = setting(
+        0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
+           "(0 = what the machine offers at boot)"
+    )
 
     def __post_init__(self) -> None:
         positive = {
@@ -55,6 +59,8 @@ class EngineConfig:
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
+        if self.memory_limit_mib < 0:
+            raise InvalidArgumentError("memory_limit_mib", f"must be >= 0, got {self.memory_limit_mib}")
         if self.device not in ("cpu", "cuda"):
             raise InvalidArgumentError("device", f"must be 'cpu' or 'cuda', got {self.device!r}")
         if self.dtype not in ("float32", "bfloat16"):

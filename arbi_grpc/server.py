@@ -1,7 +1,10 @@
-"""The gRPC server: GenerateService plus the standard health and reflection services.
+"""The gRPC server: GenerateService and AdminService behind the auth interceptor, plus the standard health
+and reflection services, with the transport limits of a ServerConfig.
 
 `GrpcServer` runs a grpc.aio server on its own event loop thread, so the CLI, tests and benchmarks start
-and stop it the same way.
+and stop it the same way. Health follows readiness: NOT_SERVING (overall and for GenerateService) while no
+model is resident and during a drain, SERVING when a request can be admitted. Every RPC is counted by the
+metrics interceptor; `GET /metrics` is served on a port of its own when `metrics_port` is set.
 """
 
 from __future__ import annotations
@@ -13,66 +16,115 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc
 from arbi_client.arbi.v1 import generate_service_pb2, generate_service_pb2_grpc
-from arbi_grpc.serving import ServedModel
+from arbi_grpc.auth.credentials import Credentials, load_credentials
+from arbi_grpc.auth.interceptor import AuthInterceptor
+from arbi_grpc.config import EngineConfig
+from arbi_grpc.model_host import ModelHost, ModelLoader
+from arbi_grpc.models.model_cache import default_cache_root
+from arbi_grpc.observability.exporter import MetricsExporter
+from arbi_grpc.observability.metrics import ServerMetrics
+from arbi_grpc.observability.rpc_interceptor import RpcMetricsInterceptor
+from arbi_grpc.observability.settings import ObservabilityConfig
+from arbi_grpc.server_config import ServerConfig
+from arbi_grpc.servicers.admin import AdminServicer
 from arbi_grpc.servicers.generate import GenerateServicer
+from arbi_grpc.serving import ServedModel, build_served_model
 
-_SERVICE_NAMES = (
-    generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name,
-    health.SERVICE_NAME,
-    reflection.SERVICE_NAME,
-)
+GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
+ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
+_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
 
 
 class GrpcServer:
-    """A running server bound to `address` (host:port; port 0 picks a free one)."""
+    """A server bound to `address` (host:port; port 0 picks a free one).
 
-    def __init__(self, served: ServedModel, address: str = "127.0.0.1:0") -> None:
-        self.served = served
+    `model` is a loaded model, or the EngineConfig of one to load with `load_model` after `start` (the
+    server answers health checks, NOT_SERVING, while it loads).
+    """
+
+    def __init__(self, model: ServedModel | EngineConfig, address: str = "127.0.0.1:0",
+                 config: ServerConfig | None = None, loader: ModelLoader = build_served_model,
+                 observability: ObservabilityConfig | None = None) -> None:
+        self.config = config or ServerConfig()
+        self.observability = observability or ObservabilityConfig()
+        self.metrics = ServerMetrics(lambda: self.served.metrics if self.served else None)
+        self.metrics_exporter: MetricsExporter | None = None  # serving GET /metrics when metrics_port is set
+        self.credentials: Credentials = load_credentials(self.config, default_cache_root().parent)
+        self._health = health.aio.HealthServicer()
+        served = model if isinstance(model, ServedModel) else None
+        self.host = ModelHost(model.config if served else model, loader, served, self._publish_readiness)
         self._address = address
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="arbi-grpc", daemon=True)
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
-    def start(self) -> GrpcServer:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
-        return self
-
-    async def _start(self) -> None:
-        served = self.served
-        server = grpc.aio.server()
-        generate_service_pb2_grpc.add_GenerateServiceServicer_to_server(
-            GenerateServicer(
-                served.engine, served.inputs, served.name, served.config.default_max_output_tokens
-            ),
-            server,
-        )
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(_SERVICE_NAMES, server)
-        self.port = server.add_insecure_port(self._address)
-        if self.port == 0:
-            raise OSError(f"cannot bind gRPC server to {self._address}")
-        await server.start()
-        for name in ("", *_SERVICE_NAMES[:1]):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self._server = server
+    @property
+    def served(self) -> ServedModel | None:
+        """The resident model."""
+        return self.host.served
 
     @property
     def target(self) -> str:
         host = self._address.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
+    def start(self) -> GrpcServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+        return self
+
+    def load_model(self, spec: str) -> ServedModel:
+        """Loads the first model (blocking); readiness turns SERVING when it is resident."""
+        return asyncio.run_coroutine_threadsafe(self.host.load(spec), self._loop).result()
+
+    async def _start(self) -> None:
+        server = grpc.aio.server(
+            interceptors=[  # the metrics interceptor first, so it also counts what auth rejects
+                RpcMetricsInterceptor(self.metrics.rpc_requests),
+                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE),
+            ],
+            options=self.config.grpc_options(),
+        )
+        generate_service_pb2_grpc.add_GenerateServiceServicer_to_server(
+            GenerateServicer(self.host, self.config.max_session_generations), server
+        )
+        admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(self.host, self.config, bool(self.credentials.generate_token)), server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(_SERVICE_NAMES, server)
+        self.port = server.add_insecure_port(self._address)
+        if self.port == 0:
+            raise OSError(f"cannot bind gRPC server to {self._address}")
+        await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        await self._publish_readiness(self.host.readiness()[0])
+        if self.observability.metrics_port:
+            self.metrics_exporter = MetricsExporter(
+                self.metrics.registry, self.observability.metrics_host, self.observability.metrics_port
+            )
+        await server.start()
+        self._server = server
+
+    async def _publish_readiness(self, ready: bool) -> None:
+        serving = health_pb2.HealthCheckResponse
+        status = serving.SERVING if ready else serving.NOT_SERVING
+        for name in ("", GENERATE_SERVICE):
+            await self._health.set(name, status)
+
     def wait(self) -> None:
         """Blocks until the server stops."""
         asyncio.run_coroutine_threadsafe(self._server.wait_for_termination(), self._loop).result()
 
     def stop(self, grace_s: float = 2.0) -> None:
+        if self.metrics_exporter is not None:
+            self.metrics_exporter.stop()
+            self.metrics_exporter = None
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop).result()
             self._server = None
-        self.served.engine.shutdown()
+        asyncio.run_coroutine_threadsafe(self.host.shutdown(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()

@@ -1,11 +1,11 @@
 """Assembles a ready-to-serve engine from an EngineConfig: resolve and load the model, size the paged KV
-cache from its memory budget, and wire scheduler, model runner, tokenizer and output processing.
+cache, check the memory budget, and wire scheduler, model runner, tokenizer, output processing and metrics.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -16,11 +16,18 @@ from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
-from arbi_grpc.errors import ResourceExhaustedError
+from arbi_grpc.memory.budget import MemoryBudget
+from arbi_grpc.memory.estimate import estimate_budget
+from arbi_grpc.memory.kv_pool import plan_kv_pool
+from arbi_grpc.memory.limits import memory_limit
+from arbi_grpc.memory.measure import measure_budget
+from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import resolve_model
+from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
+from arbi_grpc.observability.metrics import ModelMetrics
 from arbi_grpc.text.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
@@ -38,37 +45,38 @@ class ServedModel:
     inputs: InputProcessor
     max_model_len: int
     config: EngineConfig
+    parameter_count: int
+    weight_bytes: int
+    kv_block_bytes: int  # one block across all layers, keys and values
+    memory_budget: MemoryBudget  # measured at boot
+    metrics: ModelMetrics
 
 
 def build_served_model(config: EngineConfig) -> ServedModel:
-    """Loads the model and starts its engine thread."""
+    """Checks the memory budget, loads the model and starts its engine thread.
+
+    The budget is checked twice, failing with ResourceExhaustedError that names the component: estimated
+    from config.json before anything is loaded, then measured once the weights and KV pool are allocated
+    and the largest step has been profiled.
+    """
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
+    limit = memory_limit(config)  # read before this process allocates anything
     resolved = resolve_model(config.model)
+    declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
+    kv_pool = plan_kv_pool(config, declared)
+    estimate_budget(config, declared, kv_pool, limit).check_fits()
     dtype = _DTYPES[config.dtype]
     device = torch.device(config.device)
     model, model_config = load_model(resolved.directory, dtype=dtype, device=device)
     tokenizer = TextTokenizer.from_model_dir(resolved.directory)
-    bytes_per_block = PagedKVCache.bytes_per_block_for(
-        num_layers=model_config.num_layers,
-        block_size=config.block_size,
-        num_kv_heads=model_config.num_kv_heads,
-        head_dim=model_config.head_dim,
-        dtype=dtype,
-    )
-    num_blocks = config.kv_cache_memory_bytes // bytes_per_block
-    if num_blocks < 1:
-        raise ResourceExhaustedError(
-            f"kv_cache_memory_mib={config.kv_cache_memory_mib} holds no KV block of {bytes_per_block} bytes"
-        )
-    max_model_len = min(
-        config.max_model_len or model_config.max_position_embeddings,
-        model_config.max_position_embeddings,
-        num_blocks * config.block_size,
-    )
+    num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
     kv_cache = PagedKVCache.for_model(
         model_config, num_blocks=num_blocks, block_size=config.block_size, dtype=dtype, device=device
     )
+    budget = measure_budget(model, kv_cache, config, kv_pool, limit)
+    budget.check_fits()
+    metrics = ModelMetrics()
     eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
     engine = Engine(
         scheduler=Scheduler(
@@ -83,11 +91,16 @@ def build_served_model(config: EngineConfig) -> ServedModel:
         tokenizer=tokenizer,
         output_processor=OutputProcessor(eos_token_ids, max_model_len),
         max_waiting_requests=config.max_waiting_requests,
+        observer=EngineMetricsObserver(metrics),
     )
+    metrics.watch(engine, budget, {"model": resolved.name, "architecture": model_config.architecture,
+                                   "dtype": config.dtype, "device": config.device}, config.enable_prefix_cache)
     engine.start()
     log.info(
-        "serving %s: %d KV blocks of %d tokens (%.0f MiB), context %d tokens",
-        resolved.name, num_blocks, config.block_size, num_blocks * bytes_per_block / 2**20, max_model_len,
+        "boot: serving %s with context %d tokens; config %s; memory budget %s", resolved.name, max_model_len,
+        " ".join(f"{name}={value}" for name, value in asdict(config).items()), budget.summary(),
+        extra={"event": "boot", "model": resolved.name, "config": asdict(config),
+               "memory_budget": budget.as_dict()},
     )
     return ServedModel(
         name=resolved.name,
@@ -96,4 +109,9 @@ def build_served_model(config: EngineConfig) -> ServedModel:
         inputs=InputProcessor(tokenizer, model_config.vocab_size, max_model_len),
         max_model_len=max_model_len,
         config=config,
+        parameter_count=sum(p.numel() for p in model.parameters()),
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        kv_block_bytes=bytes_per_block,
+        memory_budget=budget,
+        metrics=metrics,
     )

@@ -1,8 +1,9 @@
 """The engine loop: one thread that owns the scheduler and the model runner.
 
 Other threads talk to it only through `submit`, `cancel` and `call`, which post tasks to a queue (a cancel
-is a task too); once `shutdown` began, new submits and calls are refused with UnavailableError. Each step the loop takes new tasks, schedules, runs the model once, and streams outputs back
-through each request's sink. Outputs are delivered on the engine thread: sinks must be cheap and
+is a task too); once `shutdown` began, new submits and calls are refused with UnavailableError. Each
+step the loop takes new tasks, schedules, runs the model once, and streams outputs back through each
+request's sink. Outputs are delivered on the engine thread: sinks must be cheap and
 thread-safe (the gRPC servicer hands them to its event loop).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from arbi_grpc.engine.sampler import SamplingState
 from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
 from arbi_grpc.engine.sequence import OutputSink, Sequence, SequenceStatus
 from arbi_grpc.errors import ArbiError, ResourceExhaustedError, UnavailableError
+from arbi_grpc.observability.engine_observer import EngineObserver, NoEngineObserver
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
 from arbi_grpc.text.stop_strings import StopStringMatcher
 from arbi_grpc.text.tokenizer import TextTokenizer
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 class _Submit:
     request: GenerationRequest
     sink: OutputSink
+    arrival_s: float  # time.monotonic() at submit, for queue time and latencies
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,10 @@ class Engine:
     """Continuous batching over a paged KV cache, driven by a background thread."""
 
     def __init__(self, scheduler: Scheduler, runner: ModelRunner, tokenizer: TextTokenizer,
-                 output_processor: OutputProcessor, max_waiting_requests: int) -> None:
+                 output_processor: OutputProcessor, max_waiting_requests: int,
+                 observer: EngineObserver | None = None) -> None:
         self.scheduler = scheduler
+        self.observer: EngineObserver = observer or NoEngineObserver()  # called on the engine thread only
         self.runner = runner
         self.tokenizer = tokenizer
         self.outputs = output_processor
@@ -111,7 +117,8 @@ class Engine:
                     "retry later"
                 )
             self._num_pending += 1
-            self._tasks.put(_Submit(request, sink))  # under the lock: never behind a _Shutdown
+            # Under the lock, so a submit is never queued behind a _Shutdown.
+            self._tasks.put(_Submit(request, sink, time.monotonic()))
 
     def cancel(self, request_id: str) -> Future:
         """Stops a request at the next step and frees its KV blocks; unknown ids are ignored.
@@ -237,6 +244,7 @@ class Engine:
             stop_matcher=StopStringMatcher(request.stopping.stop_strings),
         )
         self._sequences[request.request_id] = sequence
+        self.observer.request_added(request.request_id, task.arrival_s, len(request.prompt_token_ids))
         self.scheduler.add(sequence)
 
     @staticmethod
@@ -253,16 +261,19 @@ class Engine:
         if sequence is None:
             return False
         self.scheduler.finish(sequence)
-        sequence.sink(RequestOutput(
+        output = RequestOutput(
             request_id=request_id,
             finish_reason=FinishReason.CANCELLED,
             prompt_token_count=sequence.num_prompt_tokens,
             output_token_count=sequence.num_output_tokens,
-        ))
+        )
+        self.observer.request_finished(request_id, output)
+        sequence.sink(output)
         return True
 
     def step(self) -> None:
         """Schedules, runs the model once, and streams what it produced."""
+        started_s = time.monotonic()
         step = self.scheduler.schedule()
         for sequence in step.preempted:
             if not sequence.prompt_logprobs_sent:
@@ -270,6 +281,8 @@ class Engine:
         self._sync_waiting_count()
         if not step.chunks:
             return
+        for chunk in step.chunks:
+            self.observer.request_scheduled(chunk.sequence.request_id)
         try:
             result = self.runner.execute(step)
         except Exception as error:  # a failed step must not take the server down
@@ -289,15 +302,18 @@ class Engine:
             if token is None:
                 continue
             output = self.outputs.append_token(sequence, token)
+            self.observer.token_emitted(sequence.request_id)
             if output.finished:
                 self._finish(sequence, output)
             else:
                 sequence.sink(output)
+        self.observer.step_finished(len(step.chunks), step.num_tokens, time.monotonic() - started_s)
 
     def _finish(self, sequence: Sequence, output: RequestOutput) -> None:
         self._sequences.pop(sequence.request_id, None)
         if sequence.status is not SequenceStatus.FINISHED:
             self.scheduler.finish(sequence)
+        self.observer.request_finished(sequence.request_id, output)
         sequence.sink(output)
 
     def _abort_all(self, error: ArbiError) -> None:

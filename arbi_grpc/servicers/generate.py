@@ -1,8 +1,10 @@
-"""GenerateService: validates a request, hands it to the engine and streams its outputs back.
+"""GenerateService: admits and validates requests, hands them to the resident model's engine, and streams
+outputs back; Session multiplexes many generations (`session.py`); the tokenizer RPCs answer from the
+resident model's tokenizer (`tokenization.py`).
 
-The engine thread delivers outputs through a sink that forwards them into this RPC's event loop. When
-the client cancels or its deadline passes, the handler is cancelled and tells the engine to stop the
-request, which frees its KV blocks at the next step.
+The engine thread delivers outputs into a bounded `OutputBuffer` read on this RPC's event loop. When the
+client cancels or its deadline passes, the handler is cancelled and tells the engine to stop the request,
+which frees its KV blocks at the next step.
 """
 
 from __future__ import annotations
@@ -10,72 +12,102 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import grpc
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_grpc.engine.engine import Engine
-from arbi_grpc.engine.input_processor import InputProcessor
-from arbi_grpc.engine.request import RequestOutput
-from arbi_grpc.errors import ArbiError, NotFoundError
+from arbi_grpc.engine.request import GenerationRequest
+from arbi_grpc.engine.sequence import OutputSink
+from arbi_grpc.errors import ArbiError
+from arbi_grpc.model_host import ModelHost
+from arbi_grpc.servicers import tokenization
 from arbi_grpc.servicers.generate_conversion import (
     prompt_from_proto,
     response_from_output,
     sampling_from_proto,
+    scheduling_from_proto,
     stopping_from_proto,
 )
+from arbi_grpc.servicers.output_buffer import OutputBuffer
+from arbi_grpc.servicers.session import SessionStream
 from arbi_grpc.servicers.status import abort_with
 
 
 class GenerateServicer(pb_grpc.GenerateServiceServicer):
-    def __init__(self, engine: Engine, inputs: InputProcessor, model_name: str,
-                 default_max_output_tokens: int) -> None:
-        self._engine = engine
-        self._inputs = inputs
-        self._model_name = model_name
-        self._default_max_output_tokens = default_max_output_tokens
+    def __init__(self, host: ModelHost, max_session_generations: int) -> None:
+        self._host = host
+        self._max_session_generations = max_session_generations
+
+    def start(self, request: pb.GenerateRequest, sink: OutputSink) -> tuple[Engine, GenerationRequest]:
+        """Admits, validates and submits one generation within one loop turn; raises ArbiError."""
+        served = self._host.admit(request.model)
+        generation = served.inputs.build(
+            uuid.uuid4().hex,
+            prompt_from_proto(request),
+            sampling_from_proto(request),
+            stopping_from_proto(request, self._host.config.default_max_output_tokens),
+            scheduling_from_proto(request),
+        )
+        served.engine.submit(generation, sink)
+        return served.engine, generation
 
     async def Generate(  # noqa: N802 (gRPC method name)
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
-        request_id = uuid.uuid4().hex
+        ready = asyncio.Event()
+        buffer = OutputBuffer(asyncio.get_running_loop(), ready.set)
         try:
-            if request.model and request.model != self._model_name:
-                raise NotFoundError(
-                    f"model {request.model!r} is not served here; the resident model is "
-                    f"{self._model_name!r}"
-                )
-            generation = self._inputs.build(
-                request_id,
-                prompt_from_proto(request),
-                sampling_from_proto(request),
-                stopping_from_proto(request, self._default_max_output_tokens),
-            )
+            engine, generation = self.start(request, buffer.sink)
         except ArbiError as error:
             await abort_with(context, error)
             return
-        loop = asyncio.get_running_loop()
-        outputs: asyncio.Queue[RequestOutput] = asyncio.Queue()
-
-        def deliver(output: RequestOutput) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(outputs.put_nowait, output)
-
-        try:
-            self._engine.submit(generation, deliver)
-        except ArbiError as error:
-            await abort_with(context, error)
-            return
-        await context.send_initial_metadata((("x-request-id", request_id),))
+        await context.send_initial_metadata((("x-request-id", generation.request_id),))
         finished = False
         try:
             while not finished:
-                output = await outputs.get()
+                await ready.wait()
+                ready.clear()
+                output = buffer.take()
                 finished = output.finished
                 if output.error is not None:
+                    if output.tokens or output.text:
+                        yield response_from_output(replace(output, error=None), generation.prompt_token_ids)
                     await abort_with(context, output.error)
                 yield response_from_output(output, generation.prompt_token_ids)
         finally:
             if not finished:
-                self._engine.cancel(request_id)
+                engine.cancel(generation.request_id)
+
+    async def Session(  # noqa: N802 (gRPC method name)
+        self, request_iterator: AsyncIterator[pb.SessionRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SessionResponse]:
+        stream = SessionStream(self.start, self._max_session_generations)
+        async for response in stream.run(request_iterator, context):
+            yield response
+
+    async def Tokenize(  # noqa: N802 (gRPC method name)
+        self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TokenizeResponse:
+        try:
+            return tokenization.tokenize(self._host.resident(request.model), request)
+        except ArbiError as error:
+            await abort_with(context, error)
+
+    async def Detokenize(  # noqa: N802 (gRPC method name)
+        self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DetokenizeResponse:
+        try:
+            return tokenization.detokenize(self._host.resident(request.model), request)
+        except ArbiError as error:
+            await abort_with(context, error)
+
+    async def CountTokens(  # noqa: N802 (gRPC method name)
+        self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CountTokensResponse:
+        try:
+            return tokenization.count_tokens(self._host.resident(request.model), request)
+        except ArbiError as error:
+            await abort_with(context, error)

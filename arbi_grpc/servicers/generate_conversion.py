@@ -9,7 +9,7 @@ from __future__ import annotations
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_grpc.engine.input_processor import ChatPrompt, PromptInput, TextPrompt, TokenPrompt
-from arbi_grpc.engine.request import FinishReason, RequestOutput
+from arbi_grpc.engine.request import FinishReason, Priority, RequestOutput, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.errors import InvalidArgumentError
 
@@ -19,6 +19,7 @@ _FINISH_REASONS = {
     FinishReason.STOP_STRING: types_pb.FINISH_REASON_STOP_STRING,
     FinishReason.MAX_OUTPUT_TOKENS: types_pb.FINISH_REASON_MAX_OUTPUT_TOKENS,
     FinishReason.CONTEXT_LIMIT: types_pb.FINISH_REASON_CONTEXT_LIMIT,
+    FinishReason.CANCELLED: types_pb.FINISH_REASON_CANCELLED,
 }
 
 
@@ -66,6 +67,24 @@ def stopping_from_proto(request: pb.GenerateRequest, default_max_output_tokens: 
     )
 
 
+_PRIORITIES = {
+    types_pb.PRIORITY_UNSPECIFIED: Priority.INTERACTIVE,
+    types_pb.PRIORITY_INTERACTIVE: Priority.INTERACTIVE,
+    types_pb.PRIORITY_BATCH: Priority.BATCH,
+}
+
+
+def scheduling_from_proto(request: pb.GenerateRequest) -> SchedulingParams:
+    options = request.scheduling
+    if options.priority not in _PRIORITIES:
+        raise InvalidArgumentError("scheduling.priority", f"unknown priority value {options.priority}")
+    return SchedulingParams(
+        priority=_PRIORITIES[options.priority],
+        tenant=options.tenant_id,
+        use_prefix_cache=not options.skip_prefix_cache,
+    )
+
+
 def response_from_output(output: RequestOutput, prompt_token_ids: tuple[int, ...]) -> pb.GenerateResponse:
     response = pb.GenerateResponse(request_id=output.request_id, text=output.text)
     for token in output.tokens:
@@ -86,4 +105,5 @@ def response_from_output(output: RequestOutput, prompt_token_ids: tuple[int, ...
         response.finish_reason = _FINISH_REASONS[output.finish_reason]
         response.usage.prompt_token_count = output.prompt_token_count
         response.usage.output_token_count = output.output_token_count
+        response.usage.cached_prompt_token_count = output.cached_prompt_token_count
     return response

@@ -1,0 +1,88 @@
+"""The bearer credentials the server accepts: an optional generate token and the admin token.
+
+The admin token is configured, or read from a file that only its owner may read, or minted into such a
+file (mode 0600, created exclusively) on first boot. Presented tokens are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+import logging
+import os
+import secrets
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.server_config import ADMIN_TOKEN_FILE_NAME, ServerConfig
+
+log = logging.getLogger(__name__)
+
+_MINTED_TOKEN_BYTES = 32
+
+
+class Role(enum.Enum):
+    """What a presented credential allows."""
+
+    GENERATE = "generate"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The tokens to accept; `generate_token` empty leaves GenerateService open."""
+
+    admin_token: str = field(repr=False)
+    generate_token: str = field(repr=False)
+    admin_token_path: Path | None = None  # where the admin token was read or minted
+
+    def role_of(self, token: str) -> Role | None:
+        """The role `token` grants, or None; each comparison takes constant time."""
+        presented = token.encode()
+        if hmac.compare_digest(presented, self.admin_token.encode()):
+            return Role.ADMIN
+        if self.generate_token and hmac.compare_digest(presented, self.generate_token.encode()):
+            return Role.GENERATE
+        return None
+
+
+def load_credentials(config: ServerConfig, cache_dir: Path) -> Credentials:
+    """The configured tokens; the admin token comes from `config`, else its file (minted when missing)."""
+    if config.admin_token:
+        return Credentials(config.admin_token, config.generate_token)
+    path = (Path(config.admin_token_file).expanduser() if config.admin_token_file
+            else cache_dir / ADMIN_TOKEN_FILE_NAME)
+    token = _read_token_file(path) if path.exists() else _mint_token_file(path)
+    if token == config.generate_token:
+        raise InvalidArgumentError("generate_token", f"must differ from the admin token in {path}")
+    return Credentials(token, config.generate_token, path)
+
+
+def _read_token_file(path: Path) -> str:
+    info = path.stat()
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InvalidArgumentError(
+            "admin_token_file", f"{path} is accessible to other users (mode {stat.filemode(info.st_mode)}); "
+            "make it readable by its owner only (chmod 600)"
+        )
+    if info.st_uid != os.geteuid():
+        raise InvalidArgumentError("admin_token_file", f"{path} belongs to another user (uid {info.st_uid})")
+    token = path.read_text().strip()
+    if len(token) < 16:
+        raise InvalidArgumentError("admin_token_file", f"{path} holds no token of at least 16 characters")
+    return token
+
+
+def _mint_token_file(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = secrets.token_urlsafe(_MINTED_TOKEN_BYTES)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another server minted it first
+        return _read_token_file(path)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(token + "\n")
+    log.info("minted the admin token into %s (readable by its owner only)", path)
+    return token

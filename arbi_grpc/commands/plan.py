@@ -1,0 +1,51 @@
+"""`arbi-serve plan --model M --max-context N`: the memory budget a `serve` with the same flags would need,
+estimated from the model's config.json or GGUF metadata alone (no weights are read, torch is not needed).
+Exit status 2, with the boot's message, when it would not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from arbi_grpc.commands.table import print_table
+from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.config_flags import add_flags, resolve
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "plan", help="estimate the memory budget of a serve config without loading weights",
+        description="Takes the serve engine flags; --max-context is --max-model-len.",
+    )
+    parser.add_argument("--max-context", dest="max_model_len", type=int, default=None, metavar="N",
+                        help="longest sequence to serve (same as --max-model-len)")
+    parser.add_argument("--json", action="store_true", help="print the budget as JSON")
+    add_flags(parser, EngineConfig)
+    parser.set_defaults(handler=_plan)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from arbi_grpc.memory.estimate import estimate_budget
+    from arbi_grpc.memory.kv_pool import plan_kv_pool
+    from arbi_grpc.memory.limits import memory_limit
+    from arbi_grpc.memory.model_source import read_model_source
+
+    config = resolve(EngineConfig, args)
+    source = read_model_source(config.model)
+    model = source.config
+    kv_pool = plan_kv_pool(config, model)
+    budget = estimate_budget(config, model, kv_pool, memory_limit(config))
+    if args.json:
+        print(json.dumps({"model": source.name, "read_from": str(source.read_from),
+                          "max_model_len": kv_pool.max_model_len, **budget.as_dict()}, indent=2))
+    else:
+        print(f"{source.name}: {model.architecture}, {model.num_layers} layers, hidden {model.hidden_size}, "
+              f"{model.num_heads}/{model.num_kv_heads} heads x {model.head_dim}, vocab {model.vocab_size} "
+              f"(read from {source.read_from})")
+        rows = [(c.name, f"{c.num_bytes / MIB:,.1f}", c.detail) for c in budget.components]
+        rows.append(("total", f"{budget.total_bytes / MIB:,.1f}",
+                     f"limit {budget.limit_bytes / MIB:,.1f} MiB ({budget.limit.source})"))
+        print_table(("COMPONENT", "MIB", "DETAIL"), rows)
+    budget.check_fits()
+    return 0

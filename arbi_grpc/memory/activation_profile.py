@@ -1,0 +1,105 @@
+"""Measures the activation peak of the engine's largest step on the CPU: tensor bytes allocated during one
+step of `max_step_tokens` tokens, at their highest point.
+
+The step is the runner's worst: fresh prompts filling the token budget, logits for every row (as when all
+of them ask for prompt log-probabilities), those log-probabilities, and the sampler's heaviest path (penalties,
+top-k, top-p, min-p, 20 top log-probabilities) over as many rows as the batch may sample. A dispatch mode
+sees every tensor an operator returns; a storage counts from the op that created it until it is freed.
+Scratch memory kernels allocate internally, and allocator overhead, are not seen.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from arbi_grpc.engine.sampler import Sampler, SamplingState, prompt_logprobs
+from arbi_grpc.engine.sampling_params import MAX_LOGPROBS_COUNT, SamplingParams, StoppingParams
+from arbi_grpc.memory.profile_step import ProfileStep
+from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
+from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.kv_cache import PagedKVCache
+
+# The sampler's most expensive settings: every filter and penalty on, the most top log-probabilities.
+_HEAVIEST_SAMPLING = SamplingParams(
+    temperature=0.8, top_p=0.9, top_k=50, min_p=0.05, repetition_penalty=1.1, presence_penalty=0.1,
+    frequency_penalty=0.1, logprobs_count=MAX_LOGPROBS_COUNT, prompt_logprobs=True,
+)
+
+
+class LiveTensorPeak(TorchDispatchMode):
+    """Tracks the bytes of storages created by operators under this mode, and their peak.
+
+    An output whose storage is one of the op's inputs (a view, an in-place op) is not new memory.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[int, int] = {}  # storage address -> bytes
+        self.live_bytes = 0
+        self.peak_bytes = 0
+
+    def _released(self, address: int) -> None:
+        self.live_bytes -= self._live.pop(address, 0)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        output = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
+        }
+        for tensor in tree_flatten(output)[0]:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            address, size = storage.data_ptr(), storage.nbytes()
+            if size == 0 or address in inputs or address in self._live:
+                continue
+            self._live[address] = size
+            self.live_bytes += size
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+            weakref.finalize(storage, self._released, address)
+        return output
+
+
+def measure_activation_peak(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> int:
+    """Runs `step` once and returns its peak of live activation bytes; the KV cache is zeroed afterwards."""
+    tracker = LiveTensorPeak()
+    with torch.inference_mode(), tracker:
+        _run_step(model, kv_cache, step)
+    for tensor in (*kv_cache.key_caches, *kv_cache.value_caches):
+        tensor.zero_()  # the pool starts zeroed; the profile wrote into it
+    return tracker.peak_bytes
+
+
+def _run_step(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> None:
+    device = kv_cache.device
+    block_size = kv_cache.block_size
+    # Consecutive block ids, wrapping around the pool: the profile needs valid slots, not private ones.
+    tables: list[list[int]] = []
+    first_block = 0
+    for length in step.prompt_lengths:
+        num_blocks = -(-length // block_size)
+        tables.append([(first_block + i) % kv_cache.num_blocks for i in range(num_blocks)])
+        first_block += num_blocks
+    metadata = AttentionMetadata.build(
+        query_lens=step.prompt_lengths, seq_lens=step.prompt_lengths, block_tables=tables,
+        block_size=block_size, device=device,
+    )
+    input_ids = torch.zeros(step.num_tokens, dtype=torch.int64, device=device)
+    positions = token_positions(metadata.query_lens_host, metadata.seq_lens_host, device)
+    hidden = model(input_ids, positions, metadata, kv_cache)
+    logits = model.compute_logits(hidden[torch.arange(step.num_tokens, device=device)])  # [T, V] float32
+    first_row = 0
+    for length in step.prompt_lengths:
+        prompt_logprobs(logits[first_row: first_row + length - 1], [0] * length)
+        first_row += length
+    states = [
+        SamplingState(_HEAVIEST_SAMPLING, StoppingParams(max_output_tokens=1), (0,), frozenset())
+        for _ in range(step.num_sampled_rows)
+    ]
+    Sampler(unseeded_seed=0).sample(logits[: step.num_sampled_rows], states)
+

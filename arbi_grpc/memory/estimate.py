@@ -1,0 +1,92 @@
+"""Estimates a server's memory budget from the model's config and the engine config alone, without
+loading weights or importing torch: what `arbi-serve plan` prints and what a boot checks before loading.
+
+Weights and the KV cache are exact (parameter count and pool size). Activations model the step that the
+boot profiles (`activation_profile.py`): the larger of the forward pass (residual stream plus the MLP's or
+attention's transients) and the logits phase (logits of every token, then the sampler's working set).
+"""
+
+from __future__ import annotations
+
+from arbi_grpc.config import EngineConfig
+from arbi_grpc.memory.budget import (
+    MemoryBudget,
+    MemoryLimit,
+    activations_component,
+    kv_cache_component,
+    weights_component,
+)
+from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
+from arbi_grpc.memory.profile_step import ProfileStep
+from arbi_grpc.models.config import ModelConfig
+
+LOGITS_BYTES = 4  # logits, log-probabilities and sampling run in float32 whatever the model's dtype
+# Measured on engine/sampler.py's heaviest path (penalties, top-k/top-p/min-p, 20 top log-probabilities):
+# at its peak the sampler holds 13 float32 [rows, vocab] tensors plus 3 vocabulary-sized vectors.
+SAMPLER_ROW_COPIES = 13
+SAMPLER_VOCAB_VECTORS = 3
+# A decoder layer keeps the residual stream, its normalised copy and the sum being built.
+RESIDUAL_COPIES = 3
+# At its peak the SwiGLU MLP holds silu(gate), up and their product, each [tokens, intermediate].
+MLP_COPIES = 3
+
+
+def parameter_count(model: ModelConfig) -> int:
+    """Parameters of the decoder `models/decoder.py` builds for `model` (tied embeddings counted once)."""
+    hidden = model.hidden_size
+    query_width, kv_width = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    attention = hidden * query_width + 2 * hidden * kv_width + query_width * hidden
+    if model.attention_bias:
+        attention += query_width + 2 * kv_width
+    if model.output_projection_bias:
+        attention += hidden
+    if model.qk_norm:
+        attention += 2 * model.head_dim
+    layer = attention + 3 * hidden * model.intermediate_size + 2 * hidden
+    embeddings = model.vocab_size * hidden * (1 if model.tie_word_embeddings else 2)
+    return embeddings + model.num_layers * layer + hidden
+
+
+def activation_bytes(model: ModelConfig, dtype: str, step: ProfileStep) -> int:
+    """Peak tensor bytes of `step`, as the boot's profile measures them."""
+    element = ELEMENT_BYTES[dtype]
+    tokens, hidden = step.num_tokens, model.hidden_size
+    query_width, kv_width = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    longest = step.longest_prompt
+    mlp = MLP_COPIES * tokens * model.intermediate_size * element
+    # q, k, v and the attended output; one prompt's gathered K/V context and its causal masks (bool,
+    # one plus one per query group).
+    attention = (
+        2 * tokens * (query_width + kv_width) * element
+        + 2 * longest * kv_width * element
+        + longest * longest * (1 + model.num_query_groups)
+    )
+    forward = RESIDUAL_COPIES * tokens * hidden * element + max(mlp, attention)
+    logits = tokens * model.vocab_size * LOGITS_BYTES
+    # Before the float32 cast the logits also exist in the model's dtype, when that is narrower.
+    cast = tokens * model.vocab_size * element if element < LOGITS_BYTES else 0
+    sampler = (SAMPLER_ROW_COPIES * step.num_sampled_rows + SAMPLER_VOCAB_VECTORS) * model.vocab_size * LOGITS_BYTES
+    logits_phase = 2 * tokens * hidden * element + logits + max(cast, sampler)
+    return max(forward, logits_phase)
+
+
+def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPlan, limit: MemoryLimit) -> MemoryBudget:
+    """The budget a boot of `config` would measure, from config files only."""
+    count = parameter_count(model)
+    element = ELEMENT_BYTES[config.dtype]
+    step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests)
+    return MemoryBudget(
+        device=config.device,
+        method="estimated",
+        components=(
+            weights_component(count * element, f"{count:,} parameters x {element} bytes ({config.dtype})"),
+            kv_cache_component(kv_pool.num_bytes, kv_pool.detail),
+            activations_component(activation_bytes(model, config.dtype, step), step_detail(step)),
+        ),
+        limit=limit,
+    )
+
+
+def step_detail(step: ProfileStep) -> str:
+    return (f"step of {step.num_tokens} tokens in {len(step.prompt_lengths)} prompt(s), "
+            f"{step.num_sampled_rows} sampled rows")

@@ -1,0 +1,74 @@
+"""Sizes the paged KV cache pool from the config: bytes per block, block count, and the context limit the
+pool can honour. `plan` and the boot share this, so both size the pool identically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.errors import InvalidArgumentError, ResourceExhaustedError
+from arbi_grpc.models.config import ModelConfig
+
+# Bytes per element of each EngineConfig.dtype (weights, activations and the KV cache share it).
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class KVPoolPlan:
+    """`num_blocks` blocks of `block_size` tokens, each `bytes_per_block` over all layers, K and V."""
+
+    num_blocks: int
+    block_size: int
+    bytes_per_block: int
+    max_model_len: int
+
+    @property
+    def num_bytes(self) -> int:
+        return self.num_blocks * self.bytes_per_block
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def detail(self) -> str:
+        return (f"{self.num_blocks} blocks x {self.block_size} tokens x {self.bytes_per_block / 1024:.0f} KiB "
+                f"per block; context {self.max_model_len} tokens")
+
+
+def plan_kv_pool(config: EngineConfig, model: ModelConfig) -> KVPoolPlan:
+    """The pool `config.kv_cache_memory_mib` buys for `model`.
+
+    The context limit is `max_model_len` when set, else the model's context capped at what the pool holds.
+    Raises InvalidArgumentError when max_model_len exceeds the model's context, ResourceExhaustedError
+    (naming the KV cache and its numbers) when the pool holds no block or not one max-length sequence.
+    """
+    bytes_per_block = (
+        2 * model.num_layers * config.block_size * model.num_kv_heads * model.head_dim * ELEMENT_BYTES[config.dtype]
+    )
+    num_blocks = config.kv_cache_memory_bytes // bytes_per_block
+    if num_blocks < 1:
+        raise ResourceExhaustedError(
+            f"memory budget: the KV cache does not fit: kv_cache_memory_mib={config.kv_cache_memory_mib} holds no "
+            f"block; one block of {config.block_size} tokens costs {bytes_per_block / MIB:.2f} MiB (2 x "
+            f"{model.num_layers} layers x {model.num_kv_heads} KV heads x {model.head_dim} x "
+            f"{ELEMENT_BYTES[config.dtype]} bytes per token)"
+        )
+    model_context = model.max_position_embeddings
+    if config.max_model_len > model_context:
+        raise InvalidArgumentError(
+            "max_model_len", f"{config.max_model_len} exceeds the model's context of {model_context} tokens"
+        )
+    capacity = num_blocks * config.block_size
+    if config.max_model_len > capacity:
+        needed_blocks = -(-config.max_model_len // config.block_size)
+        needed_mib = needed_blocks * bytes_per_block / MIB
+        raise ResourceExhaustedError(
+            f"memory budget: the KV cache does not fit one sequence of max_model_len={config.max_model_len} "
+            f"tokens: it needs {needed_blocks} blocks ({needed_mib:.1f} MiB) but kv_cache_memory_mib="
+            f"{config.kv_cache_memory_mib} holds {num_blocks} blocks ({capacity} tokens); raise "
+            f"--kv-cache-memory-mib to at least {int(-(-needed_mib // 1))} or lower --max-model-len"
+        )
+    max_model_len = config.max_model_len or min(model_context, capacity)
+    return KVPoolPlan(num_blocks, config.block_size, bytes_per_block, max_model_len)

@@ -1,0 +1,65 @@
+"""Reads a model's architecture for `plan` without loading weights or importing a GGUF into the cache:
+`config.json` of an HF-style directory (or of an earlier import in the cache), or a GGUF file's metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from arbi_grpc.errors import ModelLoadError, NotFoundError
+from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.gguf_config import SpecialTokenIds, architecture_of, hf_config, read_dimensions
+from arbi_grpc.models.gguf_file import GgufMetadata, open_gguf
+from arbi_grpc.models.gguf_tensors import OUTPUT_TENSOR, embedding_rows
+from arbi_grpc.models.model_cache import EMBEDDED_MODELS, resolve_model
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model's name, its decoder config, and the file that config was read from."""
+
+    name: str
+    config: ModelConfig
+    read_from: Path
+
+
+def read_model_source(spec: str) -> ModelSource:
+    """The config of `spec` (a known name, an HF-style directory, a .gguf file, or a cached import's name)."""
+    for embedded in EMBEDDED_MODELS:
+        if embedded.name == spec:
+            return ModelSource(spec, *_gguf_config(_embedded_gguf(embedded.package, embedded.file_name, spec)))
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return ModelSource(path.stem, *_gguf_config(path))
+    resolved = resolve_model(spec)  # a directory or an earlier import: nothing is imported here
+    config_path = resolved.directory / "config.json"
+    try:
+        hf = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{config_path}: cannot read the model config ({error})") from error
+    return ModelSource(resolved.name, ModelConfig.from_hf_config(hf), config_path)
+
+
+def _embedded_gguf(package: str, file_name: str, name: str) -> Path:
+    found = importlib.util.find_spec(package)  # locates the package without executing it
+    if found is None or not found.submodule_search_locations:
+        raise NotFoundError(f"model {name!r} ships in the Python package of module {package}, which is not installed")
+    return Path(next(iter(found.submodule_search_locations))) / file_name
+
+
+def _gguf_config(path: Path) -> tuple[ModelConfig, Path]:
+    """The config the GGUF import would write, from the file's metadata and tensor list (no tensor data)."""
+    reader = open_gguf(path)
+    metadata = GgufMetadata.of(path, reader)
+    spec = architecture_of(metadata)
+    dimensions = read_dimensions(metadata, spec, vocab_size=embedding_rows(path, reader.tensors))
+    names = {tensor.name for tensor in reader.tensors}
+    config = hf_config(
+        spec, dimensions, SpecialTokenIds(bos=None, eos=None, pad=None),
+        tie_word_embeddings=OUTPUT_TENSOR not in names,
+        attention_bias=spec.gguf_name == "llama" and "blk.0.attn_q.bias" in names,
+    )
+    return ModelConfig.from_hf_config(config), path

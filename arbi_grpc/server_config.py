@@ -1,0 +1,101 @@
+"""The gRPC server's configuration: address, transport limits, session bounds, drains and credentials.
+
+One frozen dataclass validated at construction; `config_flags` derives the `serve` flags and `ARBI_*`
+environment overrides from it, as for EngineConfig. Token values are left out of the repr so they never
+reach a log line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from arbi_grpc.config import MIB, setting
+from arbi_grpc.errors import InvalidArgumentError
+
+ADMIN_TOKEN_FILE_NAME = "admin-token"
+MAX_GENERATION_ID_CHARS = 128
+
+
+def _secret(help: str) -> str:  # noqa: A002 (mirrors argparse's name)
+    """A string setting kept out of the dataclass repr."""
+    return field(default="", repr=False, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the gRPC server listens, what it bounds, and which credentials it accepts."""
+
+    host: str = setting("127.0.0.1", "address to bind")
+    port: int = setting(50051, "gRPC port (0 picks a free one)")
+    max_message_mib: int = setting(16, "largest message sent or received, in MiB")
+    max_concurrent_streams: int = setting(256, "most concurrent RPC streams on one HTTP/2 connection")
+    keepalive_time_ms: int = setting(60_000, "interval of keepalive pings on idle connections, in ms")
+    keepalive_timeout_ms: int = setting(20_000, "wait for a keepalive ping's acknowledgement, in ms")
+    min_client_ping_interval_ms: int = setting(
+        10_000, "shortest interval between client keepalive pings the server tolerates, in ms"
+    )
+    max_session_generations: int = setting(64, "most live generations on one Session stream")
+    drain_timeout_ms: int = setting(
+        30_000, "how long requests in flight may finish during a model unload or switch, in ms"
+    )
+    generate_token: str = _secret(
+        "bearer token GenerateService calls must carry (empty: generate calls are open)"
+    )
+    admin_token: str = _secret(
+        "bearer token AdminService calls must carry (empty: read or mint the admin token file)"
+    )
+    admin_token_file: str = setting(
+        "", f"file holding the admin token, minted (mode 0600) when missing "
+            f"(empty: $ARBI_CACHE_DIR/{ADMIN_TOKEN_FILE_NAME})"
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise InvalidArgumentError("port", f"must be in [0, 65535], got {self.port}")
+        if not self.host:
+            raise InvalidArgumentError("host", "must not be empty")
+        if not 0 < self.max_message_mib < 2048:
+            raise InvalidArgumentError("max_message_mib", f"must be in [1, 2047], got {self.max_message_mib}")
+        positive = {
+            "max_concurrent_streams": self.max_concurrent_streams,
+            "keepalive_time_ms": self.keepalive_time_ms,
+            "keepalive_timeout_ms": self.keepalive_timeout_ms,
+            "min_client_ping_interval_ms": self.min_client_ping_interval_ms,
+            "max_session_generations": self.max_session_generations,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise InvalidArgumentError(name, f"must be > 0, got {value}")
+        if self.drain_timeout_ms < 0:
+            raise InvalidArgumentError("drain_timeout_ms", f"must be >= 0, got {self.drain_timeout_ms}")
+        for name in ("generate_token", "admin_token"):
+            token = getattr(self, name)
+            if token and (len(token) < 16 or not token.isprintable() or " " in token):
+                raise InvalidArgumentError(
+                    name, "must be at least 16 printable characters without spaces when set"
+                )
+        if self.generate_token and self.generate_token == self.admin_token:
+            raise InvalidArgumentError("generate_token", "must differ from admin_token")
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_message_mib * MIB
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """The grpc channel arguments that enforce these limits."""
+        return [
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", self.min_client_ping_interval_ms),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", self.min_client_ping_interval_ms),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]

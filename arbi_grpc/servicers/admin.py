@@ -1,0 +1,158 @@
+"""AdminService: server info, liveness and readiness, models (list, load, unload, switch), memory, running
+requests, runtime settings, drain and resume. Credentials are checked before any of this runs
+(`auth/interceptor.py`); the state changes themselves live in `ModelHost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+import grpc
+
+from arbi_client.arbi.v1 import admin_service_pb2 as pb
+from arbi_client.arbi.v1 import admin_service_pb2_grpc as pb_grpc
+from arbi_grpc import __version__
+from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError
+from arbi_grpc.model_host import FailedPreconditionError, ModelHost
+from arbi_grpc.models.model_cache import list_cached_models
+from arbi_grpc.runtime_settings import RuntimeSettings
+from arbi_grpc.server_config import ServerConfig
+from arbi_grpc.servicers import admin_conversion as convert
+from arbi_grpc.servicers.status import abort_with, abort_with_status, build_status
+
+log = logging.getLogger(__name__)
+
+KV_CODEC = "none"  # plain KV tensors in the model's dtype
+BACKEND = "torch"
+
+
+class AdminServicer(pb_grpc.AdminServiceServicer):
+    def __init__(self, host: ModelHost, config: ServerConfig, generate_token_required: bool) -> None:
+        self._host = host
+        self._config = config
+        self._generate_token_required = generate_token_required
+
+    async def GetServerInfo(self, request, context) -> pb.GetServerInfoResponse:  # noqa: N802
+        served, engine_config = self._host.served, self._host.config
+        return pb.GetServerInfoResponse(
+            version=__version__,
+            model=convert.model_info(served) if served is not None else None,
+            backend=BACKEND,
+            device=engine_config.device,
+            dtype=engine_config.dtype,
+            kv_codec=KV_CODEC,
+            limits=convert.server_limits(
+                self._config, self._host.runtime_settings(), self._generate_token_required
+            ),
+        )
+
+    async def CheckLiveness(self, request, context) -> pb.CheckLivenessResponse:  # noqa: N802
+        return pb.CheckLivenessResponse(uptime_ms=int((time.monotonic() - self._host.started_at) * 1000))
+
+    async def CheckReadiness(self, request, context) -> pb.CheckReadinessResponse:  # noqa: N802
+        ready, reason = self._host.readiness()
+        return pb.CheckReadinessResponse(ready=ready, reason=reason)
+
+    async def ListModels(self, request, context) -> pb.ListModelsResponse:  # noqa: N802
+        cached = await asyncio.to_thread(list_cached_models)
+        return pb.ListModelsResponse(models=convert.available_models(self._host.served, cached))
+
+    async def LoadModel(self, request, context) -> pb.LoadModelResponse:  # noqa: N802
+        try:
+            served = await _model_operation(self._host.load(request.model))
+        except ArbiError as error:
+            await abort_with(context, error)
+        return pb.LoadModelResponse(model=convert.model_info(served))
+
+    async def UnloadModel(self, request, context) -> pb.UnloadModelResponse:  # noqa: N802
+        try:
+            name, ended = await self._host.unload(self._drain_timeout_s(request.drain_timeout_ms))
+        except ArbiError as error:
+            await abort_with(context, error)
+        return pb.UnloadModelResponse(model=name, ended_request_count=ended)
+
+    async def SwitchModel(self, request, context) -> pb.SwitchModelResponse:  # noqa: N802
+        try:
+            timeout_s = self._drain_timeout_s(request.drain_timeout_ms)
+            served, previous, ended = await _model_operation(self._host.switch(request.model, timeout_s))
+        except ArbiError as error:
+            await abort_with(context, error)
+        return pb.SwitchModelResponse(
+            model=convert.model_info(served), previous_model=previous, ended_request_count=ended
+        )
+
+    async def GetMemoryReport(self, request, context) -> pb.GetMemoryReportResponse:  # noqa: N802
+        served = self._host.served
+        if served is None:
+            await abort_with(context, FailedPreconditionError("no model is resident"))
+        return pb.GetMemoryReportResponse(**convert.memory_report_fields(served, served.engine.stats()))
+
+    async def ListRunningRequests(self, request, context) -> pb.ListRunningRequestsResponse:  # noqa: N802
+        response = pb.ListRunningRequestsResponse()
+        for engine in self._host.engines():
+            try:
+                snapshots = await asyncio.wrap_future(engine.list_requests())
+            except ArbiError:
+                continue  # the engine shut down meanwhile: it holds no requests
+            response.requests.extend(convert.running_request(s) for s in snapshots)
+        return response
+
+    async def CancelRunningRequest(self, request, context) -> pb.CancelRunningRequestResponse:  # noqa: N802
+        if not request.request_id:
+            await abort_with(context, InvalidArgumentError("request_id", "name the request to cancel"))
+        for engine in self._host.engines():
+            if await asyncio.wrap_future(engine.cancel(request.request_id)):
+                return pb.CancelRunningRequestResponse()
+        await abort_with(context, NotFoundError(
+            f"no request {request.request_id!r} is in the engine (it may have just finished)"))
+
+    async def GetRuntimeConfig(self, request, context) -> pb.GetRuntimeConfigResponse:  # noqa: N802
+        return pb.GetRuntimeConfigResponse(config=convert.runtime_config(self._host.runtime_settings()))
+
+    async def UpdateRuntimeConfig(self, request, context) -> pb.UpdateRuntimeConfigResponse:  # noqa: N802
+        paths = list(request.update_mask.paths)
+        if not paths:
+            await abort_with(context, InvalidArgumentError(
+                "update_mask", f"name the fields to change, among {', '.join(RuntimeSettings.names())}"))
+        values = {path: getattr(request.config, path, 0) for path in paths}
+        problems = RuntimeSettings.check(values)
+        if problems:
+            known = RuntimeSettings.names()
+            violations = [(f"config.{name}" if name in known else "update_mask.paths", description)
+                          for name, description in problems]
+            message = "; ".join(f"{field}: {description}" for field, description in violations)
+            await abort_with_status(context, build_status(
+                grpc.StatusCode.INVALID_ARGUMENT, message, "INVALID_FIELD", violations))
+        updated = dataclasses.replace(self._host.runtime_settings(), **values)
+        await self._host.update_runtime_settings(updated)
+        log.info("runtime settings updated: %s", values)
+        return pb.UpdateRuntimeConfigResponse(config=convert.runtime_config(updated))
+
+    async def DrainServer(self, request, context) -> pb.DrainServerResponse:  # noqa: N802
+        if request.timeout_ms < 0:
+            await abort_with(context, InvalidArgumentError("timeout_ms", "must be >= 0"))
+        remaining = await self._host.drain(request.timeout_ms / 1000)
+        return pb.DrainServerResponse(remaining_request_count=remaining)
+
+    async def ResumeServer(self, request, context) -> pb.ResumeServerResponse:  # noqa: N802
+        await self._host.resume()
+        return pb.ResumeServerResponse()
+
+    def _drain_timeout_s(self, drain_timeout_ms: int) -> float:
+        if drain_timeout_ms < 0:
+            raise InvalidArgumentError("drain_timeout_ms", "must be >= 0 (0 uses the server's setting)")
+        return (drain_timeout_ms or self._config.drain_timeout_ms) / 1000
+
+
+async def _model_operation(operation):
+    """Awaits a load or switch, turning unexpected failures into an INTERNAL ArbiError."""
+    try:
+        return await operation
+    except ArbiError:
+        raise
+    except Exception as error:  # reported to the admin, never a server crash
+        log.exception("model operation failed")
+        raise ArbiError(f"loading the model failed: {type(error).__name__}: {error}") from error

@@ -1,0 +1,87 @@
+"""Conversion of the server's state (resident model, engine stats, settings, limits) into AdminService
+messages. Engine names (`num_*`) are mapped to the protos' AIP names (`*_count`) here only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from arbi_client.arbi.v1 import admin_types_pb2 as admin_pb
+from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
+from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
+from arbi_grpc.runtime_settings import RuntimeSettings
+from arbi_grpc.server_config import ServerConfig
+from arbi_grpc.serving import ServedModel
+
+
+def model_info(served: ServedModel) -> admin_pb.ModelInfo:
+    return admin_pb.ModelInfo(
+        name=served.name,
+        architecture=served.model_config.architecture,
+        parameter_count=served.parameter_count,
+        vocabulary_size=served.model_config.vocab_size,
+        max_context_tokens=served.max_model_len,
+    )
+
+
+def runtime_config(settings: RuntimeSettings) -> admin_pb.RuntimeConfig:
+    return admin_pb.RuntimeConfig(**dataclasses.asdict(settings))
+
+
+def server_limits(config: ServerConfig, settings: RuntimeSettings,
+                  generate_token_required: bool) -> admin_pb.ServerLimits:
+    return admin_pb.ServerLimits(
+        max_message_bytes=config.max_message_bytes,
+        max_concurrent_streams=config.max_concurrent_streams,
+        keepalive_time_ms=config.keepalive_time_ms,
+        keepalive_timeout_ms=config.keepalive_timeout_ms,
+        max_session_generations=config.max_session_generations,
+        runtime=runtime_config(settings),
+        generate_token_required=generate_token_required,
+    )
+
+
+def available_models(resident: ServedModel | None,
+                     cached: list[CachedModel]) -> list[admin_pb.AvailableModel]:
+    """The resident model first, then known and cached models by name (one entry per name)."""
+    sizes: dict[str, int] = {}
+    for model in cached:
+        sizes[model.name] = max(sizes.get(model.name, 0), model.size_bytes)
+    names = sorted(set(sizes) | {model.name for model in EMBEDDED_MODELS})
+    if resident is not None:
+        names = [resident.name] + [name for name in names if name != resident.name]
+    return [
+        admin_pb.AvailableModel(
+            name=name,
+            resident=resident is not None and name == resident.name,
+            cached=name in sizes,
+            size_bytes=sizes.get(name, 0),
+        )
+        for name in names
+    ]
+
+
+def running_request(snapshot: RequestSnapshot) -> admin_pb.RunningRequest:
+    return admin_pb.RunningRequest(
+        request_id=snapshot.request_id,
+        state=admin_pb.REQUEST_STATE_RUNNING if snapshot.running else admin_pb.REQUEST_STATE_WAITING,
+        prompt_token_count=snapshot.num_prompt_tokens,
+        output_token_count=snapshot.num_output_tokens,
+        kv_block_count=snapshot.num_blocks,
+    )
+
+
+def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int]:
+    """The fields of GetMemoryReportResponse."""
+    used = stats.num_total_blocks - stats.num_free_blocks
+    return {
+        "kv_block_count": stats.num_total_blocks,
+        "kv_used_block_count": used,
+        "kv_free_block_count": stats.num_free_blocks,
+        "kv_cached_block_count": stats.num_cached_blocks,
+        "kv_block_tokens": served.config.block_size,
+        "kv_block_bytes": served.kv_block_bytes,
+        "kv_cache_bytes": stats.num_total_blocks * served.kv_block_bytes,
+        "kv_used_bytes": used * served.kv_block_bytes,
+        "weight_bytes": served.weight_bytes,
+    }
