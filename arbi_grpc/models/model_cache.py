@@ -78,7 +78,7 @@ def resolve_model(spec: str, cache_root: Path | None = None) -> ResolvedModel:
             return _cached_import(embedded.name, _locate_embedded(embedded), root)
     path = Path(spec).expanduser()
     if path.is_dir():
-        return _hf_directory(path)
+        return _hf_directory(path, root)
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise InvalidArgumentError("model", f"{path} is a file but not a .gguf file; " + _accepted_forms(root))
@@ -131,11 +131,14 @@ def _locate_embedded(model: EmbeddedModel) -> Path:
     return gguf_path
 
 
-def _hf_directory(path: Path) -> ResolvedModel:
+def _hf_directory(path: Path, root: Path) -> ResolvedModel:
     directory = path.resolve()
     if not (directory / "config.json").is_file():
         raise ModelLoadError(f"{directory}: not an HF-style model directory (config.json is missing)")
-    return ResolvedModel(directory.name, directory)
+    # An import inside the cache lives at <root>/<name>/<key>/: serve it under its model name.
+    in_cache = directory.parent.parent == root.resolve() and ImportProvenance.read(directory) is not None
+    name = directory.parent.name if in_cache else directory.name
+    return ResolvedModel(name, directory)
 
 
 def _name_from_file(gguf_path: Path) -> str:

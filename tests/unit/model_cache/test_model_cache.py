@@ -152,3 +152,10 @@ def test_concurrent_processes_import_the_same_gguf_safely(make_tiny_gguf, tmp_pa
     (cached,) = list_cached_models(root)
     assert str(cached.directory) in directories
     assert not [entry for entry in cached.directory.parent.iterdir() if entry.name.startswith(".")]
+
+
+def test_a_cached_import_directory_is_served_under_its_model_name(
+    imported_smollm2: ResolvedModel, smollm2_cache_root: Path
+) -> None:
+    by_path = resolve_model(str(imported_smollm2.directory), cache_root=smollm2_cache_root)
+    assert by_path == imported_smollm2
