@@ -140,7 +140,7 @@ def test_failed_switch_keeps_the_old_model_serving(switch_server, admin: ArbiCli
     channel.close()
 
 
-def test_unload_then_load(switch_server, admin: ArbiClient, smollm2_dir: Path) -> None:
+def test_unload_then_load(switch_server, admin: ArbiClient, smollm2_dir: Path, imported_smollm2) -> None:
     channel, stub = stub_for(switch_server.target)
     with pytest.raises(grpc.RpcError) as resident:
         admin.load_model(str(smollm2_dir))
@@ -155,7 +155,7 @@ def test_unload_then_load(switch_server, admin: ArbiClient, smollm2_dir: Path) -
             call()
         assert refused.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)
     loaded = admin.load_model(str(smollm2_dir))
-    assert loaded.name == smollm2_dir.name
+    assert loaded.name == imported_smollm2.name
     assert admin.check_readiness().ready
     assert "Paris" in generate(stub, chat_request(QUESTION, max_output_tokens=SHORT_TOKENS)).text
     channel.close()
