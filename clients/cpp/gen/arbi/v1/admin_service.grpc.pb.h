@@ -69,8 +69,10 @@ class AdminService final {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::CheckLivenessResponse>>(PrepareAsyncCheckLivenessRaw(context, request, cq));
     }
     // CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-    // is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-    // service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+    // is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+    // during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+    // standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+    // without a credential.
     //
     // Errors: none of its own.
     virtual ::grpc::Status CheckReadiness(::grpc::ClientContext* context, const ::arbi::v1::CheckReadinessRequest& request, ::arbi::v1::CheckReadinessResponse* response) = 0;
@@ -91,7 +93,7 @@ class AdminService final {
     std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ListModelsResponse>> PrepareAsyncListModels(::grpc::ClientContext* context, const ::arbi::v1::ListModelsRequest& request, ::grpc::CompletionQueue* cq) {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ListModelsResponse>>(PrepareAsyncListModelsRaw(context, request, cq));
     }
-    // LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+    // LoadModel loads a model when none is resident (after UnloadModel).
     //
     // Errors:
     // - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
@@ -234,8 +236,10 @@ class AdminService final {
       virtual void CheckLiveness(::grpc::ClientContext* context, const ::arbi::v1::CheckLivenessRequest* request, ::arbi::v1::CheckLivenessResponse* response, std::function<void(::grpc::Status)>) = 0;
       virtual void CheckLiveness(::grpc::ClientContext* context, const ::arbi::v1::CheckLivenessRequest* request, ::arbi::v1::CheckLivenessResponse* response, ::grpc::ClientUnaryReactor* reactor) = 0;
       // CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-      // is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-      // service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+      // is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+      // during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+      // standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+      // without a credential.
       //
       // Errors: none of its own.
       virtual void CheckReadiness(::grpc::ClientContext* context, const ::arbi::v1::CheckReadinessRequest* request, ::arbi::v1::CheckReadinessResponse* response, std::function<void(::grpc::Status)>) = 0;
@@ -246,7 +250,7 @@ class AdminService final {
       // Errors: none of its own.
       virtual void ListModels(::grpc::ClientContext* context, const ::arbi::v1::ListModelsRequest* request, ::arbi::v1::ListModelsResponse* response, std::function<void(::grpc::Status)>) = 0;
       virtual void ListModels(::grpc::ClientContext* context, const ::arbi::v1::ListModelsRequest* request, ::arbi::v1::ListModelsResponse* response, ::grpc::ClientUnaryReactor* reactor) = 0;
-      // LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+      // LoadModel loads a model when none is resident (after UnloadModel).
       //
       // Errors:
       // - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
@@ -560,8 +564,10 @@ class AdminService final {
     // Errors: none of its own.
     virtual ::grpc::Status CheckLiveness(::grpc::ServerContext* context, const ::arbi::v1::CheckLivenessRequest* request, ::arbi::v1::CheckLivenessResponse* response);
     // CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-    // is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-    // service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+    // is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+    // during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+    // standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+    // without a credential.
     //
     // Errors: none of its own.
     virtual ::grpc::Status CheckReadiness(::grpc::ServerContext* context, const ::arbi::v1::CheckReadinessRequest* request, ::arbi::v1::CheckReadinessResponse* response);
@@ -570,7 +576,7 @@ class AdminService final {
     //
     // Errors: none of its own.
     virtual ::grpc::Status ListModels(::grpc::ServerContext* context, const ::arbi::v1::ListModelsRequest* request, ::arbi::v1::ListModelsResponse* response);
-    // LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+    // LoadModel loads a model when none is resident (after UnloadModel).
     //
     // Errors:
     // - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or

@@ -36,8 +36,10 @@ module Arbi
         # Errors: none of its own.
         rpc :CheckLiveness, ::Arbi::V1::CheckLivenessRequest, ::Arbi::V1::CheckLivenessResponse
         # CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-        # is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-        # service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+        # is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+        # during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+        # standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+        # without a credential.
         #
         # Errors: none of its own.
         rpc :CheckReadiness, ::Arbi::V1::CheckReadinessRequest, ::Arbi::V1::CheckReadinessResponse
@@ -46,7 +48,7 @@ module Arbi
         #
         # Errors: none of its own.
         rpc :ListModels, ::Arbi::V1::ListModelsRequest, ::Arbi::V1::ListModelsResponse
-        # LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+        # LoadModel loads a model when none is resident (after UnloadModel).
         #
         # Errors:
         # - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or

@@ -2462,8 +2462,10 @@ export const AdminServiceService = {
   },
   /**
    * CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-   * is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-   * service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+   * is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+   * during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+   * standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+   * without a credential.
    *
    * Errors: none of its own.
    */
@@ -2494,7 +2496,7 @@ export const AdminServiceService = {
     responseDeserialize: (value: Buffer): ListModelsResponse => ListModelsResponse.decode(value),
   },
   /**
-   * LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+   * LoadModel loads a model when none is resident (after UnloadModel).
    *
    * Errors:
    * - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
@@ -2690,8 +2692,10 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
   checkLiveness: handleUnaryCall<CheckLivenessRequest, CheckLivenessResponse>;
   /**
    * CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-   * is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-   * service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+   * is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+   * during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+   * standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+   * without a credential.
    *
    * Errors: none of its own.
    */
@@ -2704,7 +2708,7 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
    */
   listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
   /**
-   * LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+   * LoadModel loads a model when none is resident (after UnloadModel).
    *
    * Errors:
    * - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
@@ -2837,8 +2841,10 @@ export interface AdminServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-   * is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-   * service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+   * is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+   * during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+   * standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+   * without a credential.
    *
    * Errors: none of its own.
    */
@@ -2879,7 +2885,7 @@ export interface AdminServiceClient extends Client {
     callback: (error: ServiceError | null, response: ListModelsResponse) => void,
   ): ClientUnaryCall;
   /**
-   * LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+   * LoadModel loads a model when none is resident (after UnloadModel).
    *
    * Errors:
    * - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or

@@ -546,8 +546,10 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-     * is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-     * service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+     * is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+     * during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+     * standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+     * without a credential.
      * Errors: none of its own.
      * </pre>
      */
@@ -570,7 +572,7 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+     * LoadModel loads a model when none is resident (after UnloadModel).
      * Errors:
      * - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
      *   switch is in progress; or the model's architecture is not supported.
@@ -864,8 +866,10 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-     * is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-     * service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+     * is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+     * during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+     * standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+     * without a credential.
      * Errors: none of its own.
      * </pre>
      */
@@ -890,7 +894,7 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+     * LoadModel loads a model when none is resident (after UnloadModel).
      * Errors:
      * - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
      *   switch is in progress; or the model's architecture is not supported.
@@ -1089,8 +1093,10 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-     * is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-     * service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+     * is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+     * during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+     * standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+     * without a credential.
      * Errors: none of its own.
      * </pre>
      */
@@ -1113,7 +1119,7 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+     * LoadModel loads a model when none is resident (after UnloadModel).
      * Errors:
      * - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
      *   switch is in progress; or the model's architecture is not supported.
@@ -1304,8 +1310,10 @@ public final class AdminServiceGrpc {
     /**
      * <pre>
      * CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-     * is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-     * service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+     * is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+     * during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+     * standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+     * without a credential.
      * Errors: none of its own.
      * </pre>
      */
@@ -1330,7 +1338,7 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
-     * LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+     * LoadModel loads a model when none is resident (after UnloadModel).
      * Errors:
      * - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
      *   switch is in progress; or the model's architecture is not supported.

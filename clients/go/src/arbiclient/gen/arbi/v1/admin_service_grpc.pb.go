@@ -26,8 +26,10 @@ type AdminServiceClient interface {
 	// Errors: none of its own.
 	CheckLiveness(ctx context.Context, in *CheckLivenessRequest, opts ...grpc.CallOption) (*CheckLivenessResponse, error)
 	// CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-	// is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-	// service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+	// is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+	// during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+	// standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+	// without a credential.
 	//
 	// Errors: none of its own.
 	CheckReadiness(ctx context.Context, in *CheckReadinessRequest, opts ...grpc.CallOption) (*CheckReadinessResponse, error)
@@ -36,7 +38,7 @@ type AdminServiceClient interface {
 	//
 	// Errors: none of its own.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
-	// LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+	// LoadModel loads a model when none is resident (after UnloadModel).
 	//
 	// Errors:
 	//   - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
@@ -254,8 +256,10 @@ type AdminServiceServer interface {
 	// Errors: none of its own.
 	CheckLiveness(context.Context, *CheckLivenessRequest) (*CheckLivenessResponse, error)
 	// CheckReadiness says whether a generate request would be admitted now. It is not ready while no model
-	// is resident, while a model loads or switches, and during a drain. The standard `grpc.health.v1`
-	// service reports the same state (overall and for `arbi.v1.GenerateService`) without a credential.
+	// is resident (at boot until the first model has loaded, during LoadModel, after UnloadModel) and
+	// during a drain; during SwitchModel the old model keeps serving, so the server stays ready. The
+	// standard `grpc.health.v1` service reports the same state (overall and for `arbi.v1.GenerateService`)
+	// without a credential.
 	//
 	// Errors: none of its own.
 	CheckReadiness(context.Context, *CheckReadinessRequest) (*CheckReadinessResponse, error)
@@ -264,7 +268,7 @@ type AdminServiceServer interface {
 	//
 	// Errors: none of its own.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
-	// LoadModel loads a model when none is resident (after UnloadModel, or after a failed boot).
+	// LoadModel loads a model when none is resident (after UnloadModel).
 	//
 	// Errors:
 	//   - FAILED_PRECONDITION: a model is already resident (use SwitchModel), or another load, unload or
