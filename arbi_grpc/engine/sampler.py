@@ -40,8 +40,10 @@ class SamplingState:
     def append_output(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
         if self._seen_mask is not None and self._output_counts is not None:
-            self._seen_mask[token_id] = True
-            self._output_counts[token_id] += 1
+            # The penalty tensors were made during an inference-mode forward step; update them in kind.
+            with torch.inference_mode():
+                self._seen_mask[token_id] = True
+                self._output_counts[token_id] += 1
 
     def banned_token_ids(self) -> list[int]:
         """Ids that may not be sampled yet: EOS (unless ignore_eos) and stop ids, until min_output_tokens."""

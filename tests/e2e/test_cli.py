@@ -78,21 +78,25 @@ def test_chat_error_is_reported(serve_process: int) -> None:
 
 
 def test_run_reuses_a_running_server(serve_process: int) -> None:
-    result = _cli("run", "--port", str(serve_process), stdin=QUESTION + "\n")
+    result = _cli("run", "--port", str(serve_process), "--http-port", "0", stdin=QUESTION + "\n")
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
 
 
 def test_run_boots_a_server_and_chats(model_cache_dir: Path, smollm2_dir: Path) -> None:
-    port = _free_port()
-    result = _cli("run", "--port", str(port), stdin=QUESTION + "\n", timeout=600)
-    pid_file = model_cache_dir / "run" / f"server-{port}.pid"
+    port, http_port = _free_port(), _free_port()
+    result = _cli("run", "--port", str(port), "--http-port", str(http_port), stdin=QUESTION + "\n",
+                  timeout=600)
+    pid_files = [model_cache_dir / "run" / f"server-{port}.pid",
+                 model_cache_dir / "run" / f"gateway-{http_port}.pid"]
     try:
         assert result.returncode == 0, result.stderr
         assert "Paris" in result.stdout
+        assert all(pid_file.exists() for pid_file in pid_files)
     finally:
-        if pid_file.exists():
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        for pid_file in pid_files:
+            if pid_file.exists():
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
 
 
 def test_list_and_pull_show_the_cached_model(smollm2_dir: Path) -> None:

@@ -223,3 +223,15 @@ def test_shape_mismatch_is_refused(gen: torch.Generator) -> None:
         Sampler().sample(torch.randn(2, 10, generator=gen), [state(SamplingParams())])
     with pytest.raises(ValueError, match="need logits"):
         prompt_logprobs(torch.randn(2, 10, generator=gen), [1, 2, 3, 4])
+
+
+def test_penalized_request_records_tokens_after_an_inference_mode_step(gen: torch.Generator) -> None:
+    """The engine samples inside torch.inference_mode() and records the token outside it."""
+    state = SamplingState(SamplingParams(presence_penalty=0.5, frequency_penalty=0.5),
+                          StoppingParams(max_output_tokens=4), [1, 2, 3], frozenset({0}))
+    logits = torch.randn(1, 32, generator=gen)
+    with torch.inference_mode():
+        token = Sampler().sample(logits, [state]).token_ids[0]
+    state.append_output(token)
+    seen, counts = state.penalty_tensors(32, logits.device)
+    assert bool(seen[token]) and counts[token].item() == 1.0

@@ -4,6 +4,7 @@
 require 'google/protobuf'
 
 require 'arbi/v1/generation_types_pb'
+require 'google/api/annotations_pb'
 require 'google/rpc/status_pb'
 
 Google::Protobuf::DescriptorPool.generated_pool.build do

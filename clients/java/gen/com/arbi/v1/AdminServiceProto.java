@@ -164,100 +164,114 @@ public final class AdminServiceProto {
   static {
     java.lang.String[] descriptorData = {
       "\n\033arbi/v1/admin_service.proto\022\007arbi.v1\032\031" +
-      "arbi/v1/admin_types.proto\032 google/protob" +
-      "uf/field_mask.proto\"\026\n\024GetServerInfoRequ" +
-      "est\"\355\001\n\025GetServerInfoResponse\022\030\n\007version" +
-      "\030\001 \001(\tR\007version\022(\n\005model\030\002 \001(\0132\022.arbi.v1" +
-      ".ModelInfoR\005model\022\030\n\007backend\030\003 \001(\tR\007back" +
-      "end\022\026\n\006device\030\004 \001(\tR\006device\022\024\n\005dtype\030\005 \001" +
-      "(\tR\005dtype\022\031\n\010kv_codec\030\006 \001(\tR\007kvCodec\022-\n\006" +
-      "limits\030\007 \001(\0132\025.arbi.v1.ServerLimitsR\006lim" +
-      "its\"\026\n\024CheckLivenessRequest\"4\n\025CheckLive" +
-      "nessResponse\022\033\n\tuptime_ms\030\001 \001(\003R\010uptimeM" +
-      "s\"\027\n\025CheckReadinessRequest\"F\n\026CheckReadi" +
-      "nessResponse\022\024\n\005ready\030\001 \001(\010R\005ready\022\026\n\006re" +
-      "ason\030\002 \001(\tR\006reason\"\023\n\021ListModelsRequest\"" +
-      "E\n\022ListModelsResponse\022/\n\006models\030\001 \003(\0132\027." +
-      "arbi.v1.AvailableModelR\006models\"(\n\020LoadMo" +
-      "delRequest\022\024\n\005model\030\001 \001(\tR\005model\"=\n\021Load" +
-      "ModelResponse\022(\n\005model\030\001 \001(\0132\022.arbi.v1.M" +
-      "odelInfoR\005model\">\n\022UnloadModelRequest\022(\n" +
-      "\020drain_timeout_ms\030\001 \001(\003R\016drainTimeoutMs\"" +
-      "[\n\023UnloadModelResponse\022\024\n\005model\030\001 \001(\tR\005m" +
-      "odel\022.\n\023ended_request_count\030\002 \001(\005R\021ended" +
-      "RequestCount\"T\n\022SwitchModelRequest\022\024\n\005mo" +
-      "del\030\001 \001(\tR\005model\022(\n\020drain_timeout_ms\030\002 \001" +
-      "(\003R\016drainTimeoutMs\"\226\001\n\023SwitchModelRespon" +
-      "se\022(\n\005model\030\001 \001(\0132\022.arbi.v1.ModelInfoR\005m" +
-      "odel\022%\n\016previous_model\030\002 \001(\tR\rpreviousMo" +
-      "del\022.\n\023ended_request_count\030\003 \001(\005R\021endedR" +
-      "equestCount\"\030\n\026GetMemoryReportRequest\"\213\003" +
-      "\n\027GetMemoryReportResponse\022$\n\016kv_block_co" +
-      "unt\030\001 \001(\005R\014kvBlockCount\022-\n\023kv_used_block" +
-      "_count\030\002 \001(\005R\020kvUsedBlockCount\022-\n\023kv_fre" +
-      "e_block_count\030\003 \001(\005R\020kvFreeBlockCount\022&\n" +
-      "\017kv_block_tokens\030\004 \001(\005R\rkvBlockTokens\022$\n" +
-      "\016kv_block_bytes\030\005 \001(\003R\014kvBlockBytes\022$\n\016k" +
-      "v_cache_bytes\030\006 \001(\003R\014kvCacheBytes\022\"\n\rkv_" +
-      "used_bytes\030\007 \001(\003R\013kvUsedBytes\022!\n\014weight_" +
-      "bytes\030\010 \001(\003R\013weightBytes\0221\n\025kv_cached_bl" +
-      "ock_count\030\t \001(\005R\022kvCachedBlockCount\"\034\n\032L" +
-      "istRunningRequestsRequest\"R\n\033ListRunning" +
-      "RequestsResponse\0223\n\010requests\030\001 \003(\0132\027.arb" +
-      "i.v1.RunningRequestR\010requests\"<\n\033CancelR" +
-      "unningRequestRequest\022\035\n\nrequest_id\030\001 \001(\t" +
-      "R\trequestId\"\036\n\034CancelRunningRequestRespo" +
-      "nse\"\031\n\027GetRuntimeConfigRequest\"J\n\030GetRun" +
-      "timeConfigResponse\022.\n\006config\030\001 \001(\0132\026.arb" +
-      "i.v1.RuntimeConfigR\006config\"\211\001\n\032UpdateRun" +
-      "timeConfigRequest\022.\n\006config\030\001 \001(\0132\026.arbi" +
-      ".v1.RuntimeConfigR\006config\022;\n\013update_mask" +
-      "\030\002 \001(\0132\032.google.protobuf.FieldMaskR\nupda" +
-      "teMask\"M\n\033UpdateRuntimeConfigResponse\022.\n" +
-      "\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006c" +
-      "onfig\"3\n\022DrainServerRequest\022\035\n\ntimeout_m" +
-      "s\030\001 \001(\003R\ttimeoutMs\"M\n\023DrainServerRespons" +
-      "e\0226\n\027remaining_request_count\030\001 \001(\005R\025rema" +
-      "iningRequestCount\"\025\n\023ResumeServerRequest" +
-      "\"\026\n\024ResumeServerResponse2\217\t\n\014AdminServic" +
-      "e\022N\n\rGetServerInfo\022\035.arbi.v1.GetServerIn" +
-      "foRequest\032\036.arbi.v1.GetServerInfoRespons" +
-      "e\022N\n\rCheckLiveness\022\035.arbi.v1.CheckLivene" +
-      "ssRequest\032\036.arbi.v1.CheckLivenessRespons" +
-      "e\022Q\n\016CheckReadiness\022\036.arbi.v1.CheckReadi" +
-      "nessRequest\032\037.arbi.v1.CheckReadinessResp" +
-      "onse\022E\n\nListModels\022\032.arbi.v1.ListModelsR" +
-      "equest\032\033.arbi.v1.ListModelsResponse\022B\n\tL" +
-      "oadModel\022\031.arbi.v1.LoadModelRequest\032\032.ar" +
-      "bi.v1.LoadModelResponse\022H\n\013UnloadModel\022\033" +
-      ".arbi.v1.UnloadModelRequest\032\034.arbi.v1.Un" +
-      "loadModelResponse\022H\n\013SwitchModel\022\033.arbi." +
-      "v1.SwitchModelRequest\032\034.arbi.v1.SwitchMo" +
-      "delResponse\022T\n\017GetMemoryReport\022\037.arbi.v1" +
-      ".GetMemoryReportRequest\032 .arbi.v1.GetMem" +
-      "oryReportResponse\022`\n\023ListRunningRequests" +
-      "\022#.arbi.v1.ListRunningRequestsRequest\032$." +
-      "arbi.v1.ListRunningRequestsResponse\022c\n\024C" +
-      "ancelRunningRequest\022$.arbi.v1.CancelRunn" +
-      "ingRequestRequest\032%.arbi.v1.CancelRunnin" +
-      "gRequestResponse\022W\n\020GetRuntimeConfig\022 .a" +
-      "rbi.v1.GetRuntimeConfigRequest\032!.arbi.v1" +
-      ".GetRuntimeConfigResponse\022`\n\023UpdateRunti" +
-      "meConfig\022#.arbi.v1.UpdateRuntimeConfigRe" +
-      "quest\032$.arbi.v1.UpdateRuntimeConfigRespo" +
-      "nse\022H\n\013DrainServer\022\033.arbi.v1.DrainServer" +
-      "Request\032\034.arbi.v1.DrainServerResponse\022K\n" +
-      "\014ResumeServer\022\034.arbi.v1.ResumeServerRequ" +
-      "est\032\035.arbi.v1.ResumeServerResponseB|\n\013co" +
-      "m.arbi.v1B\021AdminServiceProtoP\001Z\035arbiclie" +
-      "nt/gen/arbi/v1;arbiv1\242\002\003AXX\252\002\007Arbi.V1\312\002\007" +
-      "Arbi\\V1\342\002\023Arbi\\V1\\GPBMetadata\352\002\010Arbi::V1" +
-      "b\006proto3"
+      "arbi/v1/admin_types.proto\032\034google/api/an" +
+      "notations.proto\032 google/protobuf/field_m" +
+      "ask.proto\"\026\n\024GetServerInfoRequest\"\355\001\n\025Ge" +
+      "tServerInfoResponse\022\030\n\007version\030\001 \001(\tR\007ve" +
+      "rsion\022(\n\005model\030\002 \001(\0132\022.arbi.v1.ModelInfo" +
+      "R\005model\022\030\n\007backend\030\003 \001(\tR\007backend\022\026\n\006dev" +
+      "ice\030\004 \001(\tR\006device\022\024\n\005dtype\030\005 \001(\tR\005dtype\022" +
+      "\031\n\010kv_codec\030\006 \001(\tR\007kvCodec\022-\n\006limits\030\007 \001" +
+      "(\0132\025.arbi.v1.ServerLimitsR\006limits\"\026\n\024Che" +
+      "ckLivenessRequest\"4\n\025CheckLivenessRespon" +
+      "se\022\033\n\tuptime_ms\030\001 \001(\003R\010uptimeMs\"\027\n\025Check" +
+      "ReadinessRequest\"F\n\026CheckReadinessRespon" +
+      "se\022\024\n\005ready\030\001 \001(\010R\005ready\022\026\n\006reason\030\002 \001(\t" +
+      "R\006reason\"\023\n\021ListModelsRequest\"E\n\022ListMod" +
+      "elsResponse\022/\n\006models\030\001 \003(\0132\027.arbi.v1.Av" +
+      "ailableModelR\006models\"(\n\020LoadModelRequest" +
+      "\022\024\n\005model\030\001 \001(\tR\005model\"=\n\021LoadModelRespo" +
+      "nse\022(\n\005model\030\001 \001(\0132\022.arbi.v1.ModelInfoR\005" +
+      "model\">\n\022UnloadModelRequest\022(\n\020drain_tim" +
+      "eout_ms\030\001 \001(\003R\016drainTimeoutMs\"[\n\023UnloadM" +
+      "odelResponse\022\024\n\005model\030\001 \001(\tR\005model\022.\n\023en" +
+      "ded_request_count\030\002 \001(\005R\021endedRequestCou" +
+      "nt\"T\n\022SwitchModelRequest\022\024\n\005model\030\001 \001(\tR" +
+      "\005model\022(\n\020drain_timeout_ms\030\002 \001(\003R\016drainT" +
+      "imeoutMs\"\226\001\n\023SwitchModelResponse\022(\n\005mode" +
+      "l\030\001 \001(\0132\022.arbi.v1.ModelInfoR\005model\022%\n\016pr" +
+      "evious_model\030\002 \001(\tR\rpreviousModel\022.\n\023end" +
+      "ed_request_count\030\003 \001(\005R\021endedRequestCoun" +
+      "t\"\030\n\026GetMemoryReportRequest\"\213\003\n\027GetMemor" +
+      "yReportResponse\022$\n\016kv_block_count\030\001 \001(\005R" +
+      "\014kvBlockCount\022-\n\023kv_used_block_count\030\002 \001" +
+      "(\005R\020kvUsedBlockCount\022-\n\023kv_free_block_co" +
+      "unt\030\003 \001(\005R\020kvFreeBlockCount\022&\n\017kv_block_" +
+      "tokens\030\004 \001(\005R\rkvBlockTokens\022$\n\016kv_block_" +
+      "bytes\030\005 \001(\003R\014kvBlockBytes\022$\n\016kv_cache_by" +
+      "tes\030\006 \001(\003R\014kvCacheBytes\022\"\n\rkv_used_bytes" +
+      "\030\007 \001(\003R\013kvUsedBytes\022!\n\014weight_bytes\030\010 \001(" +
+      "\003R\013weightBytes\0221\n\025kv_cached_block_count\030" +
+      "\t \001(\005R\022kvCachedBlockCount\"\034\n\032ListRunning" +
+      "RequestsRequest\"R\n\033ListRunningRequestsRe" +
+      "sponse\0223\n\010requests\030\001 \003(\0132\027.arbi.v1.Runni" +
+      "ngRequestR\010requests\"<\n\033CancelRunningRequ" +
+      "estRequest\022\035\n\nrequest_id\030\001 \001(\tR\trequestI" +
+      "d\"\036\n\034CancelRunningRequestResponse\"\031\n\027Get" +
+      "RuntimeConfigRequest\"J\n\030GetRuntimeConfig" +
+      "Response\022.\n\006config\030\001 \001(\0132\026.arbi.v1.Runti" +
+      "meConfigR\006config\"\211\001\n\032UpdateRuntimeConfig" +
+      "Request\022.\n\006config\030\001 \001(\0132\026.arbi.v1.Runtim" +
+      "eConfigR\006config\022;\n\013update_mask\030\002 \001(\0132\032.g" +
+      "oogle.protobuf.FieldMaskR\nupdateMask\"M\n\033" +
+      "UpdateRuntimeConfigResponse\022.\n\006config\030\001 " +
+      "\001(\0132\026.arbi.v1.RuntimeConfigR\006config\"3\n\022D" +
+      "rainServerRequest\022\035\n\ntimeout_ms\030\001 \001(\003R\tt" +
+      "imeoutMs\"M\n\023DrainServerResponse\0226\n\027remai" +
+      "ning_request_count\030\001 \001(\005R\025remainingReque" +
+      "stCount\"\025\n\023ResumeServerRequest\"\026\n\024Resume" +
+      "ServerResponse2\373\014\n\014AdminService\022h\n\rGetSe" +
+      "rverInfo\022\035.arbi.v1.GetServerInfoRequest\032" +
+      "\036.arbi.v1.GetServerInfoResponse\"\030\202\323\344\223\002\022\022" +
+      "\020/v1/admin/server\022v\n\rCheckLiveness\022\035.arb" +
+      "i.v1.CheckLivenessRequest\032\036.arbi.v1.Chec" +
+      "kLivenessResponse\"&\202\323\344\223\002 \022\036/v1/admin/ser" +
+      "ver:checkLiveness\022z\n\016CheckReadiness\022\036.ar" +
+      "bi.v1.CheckReadinessRequest\032\037.arbi.v1.Ch" +
+      "eckReadinessResponse\"\'\202\323\344\223\002!\022\037/v1/admin/" +
+      "server:checkReadiness\022_\n\nListModels\022\032.ar" +
+      "bi.v1.ListModelsRequest\032\033.arbi.v1.ListMo" +
+      "delsResponse\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d" +
+      "\n\tLoadModel\022\031.arbi.v1.LoadModelRequest\032\032" +
+      ".arbi.v1.LoadModelResponse\" \202\323\344\223\002\032:\001*\"\025/" +
+      "v1/admin/models:load\022l\n\013UnloadModel\022\033.ar" +
+      "bi.v1.UnloadModelRequest\032\034.arbi.v1.Unloa" +
+      "dModelResponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/mod" +
+      "els:unload\022l\n\013SwitchModel\022\033.arbi.v1.Swit" +
+      "chModelRequest\032\034.arbi.v1.SwitchModelResp" +
+      "onse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:switch" +
+      "\022t\n\017GetMemoryReport\022\037.arbi.v1.GetMemoryR" +
+      "eportRequest\032 .arbi.v1.GetMemoryReportRe" +
+      "sponse\"\036\202\323\344\223\002\030\022\026/v1/admin/memoryReport\022|" +
+      "\n\023ListRunningRequests\022#.arbi.v1.ListRunn" +
+      "ingRequestsRequest\032$.arbi.v1.ListRunning" +
+      "RequestsResponse\"\032\202\323\344\223\002\024\022\022/v1/admin/requ" +
+      "ests\022\226\001\n\024CancelRunningRequest\022$.arbi.v1." +
+      "CancelRunningRequestRequest\032%.arbi.v1.Ca" +
+      "ncelRunningRequestResponse\"1\202\323\344\223\002+:\001*\"&/" +
+      "v1/admin/requests/{request_id}:cancel\022x\n" +
+      "\020GetRuntimeConfig\022 .arbi.v1.GetRuntimeCo" +
+      "nfigRequest\032!.arbi.v1.GetRuntimeConfigRe" +
+      "sponse\"\037\202\323\344\223\002\031\022\027/v1/admin/runtimeConfig\022" +
+      "\204\001\n\023UpdateRuntimeConfig\022#.arbi.v1.Update" +
+      "RuntimeConfigRequest\032$.arbi.v1.UpdateRun" +
+      "timeConfigResponse\"\"\202\323\344\223\002\034:\001*2\027/v1/admin" +
+      "/runtimeConfig\022k\n\013DrainServer\022\033.arbi.v1." +
+      "DrainServerRequest\032\034.arbi.v1.DrainServer" +
+      "Response\"!\202\323\344\223\002\033:\001*\"\026/v1/admin/server:dr" +
+      "ain\022o\n\014ResumeServer\022\034.arbi.v1.ResumeServ" +
+      "erRequest\032\035.arbi.v1.ResumeServerResponse" +
+      "\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/server:resumeB|\n\013" +
+      "com.arbi.v1B\021AdminServiceProtoP\001Z\035arbicl" +
+      "ient/gen/arbi/v1;arbiv1\242\002\003AXX\252\002\007Arbi.V1\312" +
+      "\002\007Arbi\\V1\342\002\023Arbi\\V1\\GPBMetadata\352\002\010Arbi::" +
+      "V1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
         new com.google.protobuf.Descriptors.FileDescriptor[] {
           com.arbi.v1.AdminTypesProto.getDescriptor(),
+          com.google.api.AnnotationsProto.getDescriptor(),
           com.google.protobuf.FieldMaskProto.getDescriptor(),
         });
     internal_static_arbi_v1_GetServerInfoRequest_descriptor =
@@ -428,7 +442,13 @@ public final class AdminServiceProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ResumeServerResponse_descriptor,
         new java.lang.String[] { });
+    com.google.protobuf.ExtensionRegistry registry =
+        com.google.protobuf.ExtensionRegistry.newInstance();
+    registry.add(com.google.api.AnnotationsProto.http);
+    com.google.protobuf.Descriptors.FileDescriptor
+        .internalUpdateFileDescriptor(descriptor, registry);
     com.arbi.v1.AdminTypesProto.getDescriptor();
+    com.google.api.AnnotationsProto.getDescriptor();
     com.google.protobuf.FieldMaskProto.getDescriptor();
   }
 

@@ -84,68 +84,73 @@ public final class GenerateServiceProto {
   static {
     java.lang.String[] descriptorData = {
       "\n\036arbi/v1/generate_service.proto\022\007arbi.v" +
-      "1\032\036arbi/v1/generation_types.proto\032\027googl" +
-      "e/rpc/status.proto\"\207\003\n\017GenerateRequest\022\024" +
-      "\n\005model\030\001 \001(\tR\005model\022\030\n\006prompt\030\002 \001(\tH\000R\006" +
-      "prompt\0220\n\ttoken_ids\030\003 \001(\0132\021.arbi.v1.Toke" +
-      "nIdsH\000R\010tokenIds\022(\n\004chat\030\004 \001(\0132\022.arbi.v1" +
-      ".ChatInputH\000R\004chat\0227\n\010sampling\030\005 \001(\0132\033.a" +
-      "rbi.v1.SamplingParametersR\010sampling\0225\n\010s" +
-      "topping\030\006 \001(\0132\031.arbi.v1.StoppingCriteria" +
-      "R\010stopping\0223\n\010logprobs\030\007 \001(\0132\027.arbi.v1.L" +
-      "ogprobOptionsR\010logprobs\022:\n\nscheduling\030\010 " +
-      "\001(\0132\032.arbi.v1.SchedulingOptionsR\nschedul" +
-      "ingB\007\n\005input\"\223\002\n\020GenerateResponse\022\035\n\nreq" +
-      "uest_id\030\001 \001(\tR\trequestId\022/\n\006tokens\030\002 \003(\013" +
-      "2\027.arbi.v1.GeneratedTokenR\006tokens\022\022\n\004tex" +
-      "t\030\003 \001(\tR\004text\0229\n\rprompt_tokens\030\004 \003(\0132\024.a" +
-      "rbi.v1.PromptTokenR\014promptTokens\022:\n\rfini" +
-      "sh_reason\030\005 \001(\0162\025.arbi.v1.FinishReasonR\014" +
-      "finishReason\022$\n\005usage\030\006 \001(\0132\016.arbi.v1.Us" +
-      "ageR\005usage\"\201\001\n\016SessionRequest\0220\n\005start\030\001" +
-      " \001(\0132\030.arbi.v1.StartGenerationH\000R\005start\022" +
-      "3\n\006cancel\030\002 \001(\0132\031.arbi.v1.CancelGenerati" +
-      "onH\000R\006cancelB\010\n\006action\"j\n\017StartGeneratio" +
-      "n\022#\n\rgeneration_id\030\001 \001(\tR\014generationId\0222" +
-      "\n\007request\030\002 \001(\0132\030.arbi.v1.GenerateReques" +
-      "tR\007request\"7\n\020CancelGeneration\022#\n\rgenera" +
-      "tion_id\030\001 \001(\tR\014generationId\"\240\001\n\017SessionR" +
-      "esponse\022#\n\rgeneration_id\030\001 \001(\tR\014generati" +
-      "onId\0223\n\006output\030\002 \001(\0132\031.arbi.v1.GenerateR" +
-      "esponseH\000R\006output\022*\n\005error\030\003 \001(\0132\022.googl" +
-      "e.rpc.StatusH\000R\005errorB\007\n\005event\"t\n\017Tokeni" +
-      "zeRequest\022\024\n\005model\030\001 \001(\tR\005model\022\030\n\006promp" +
-      "t\030\002 \001(\tH\000R\006prompt\022(\n\004chat\030\003 \001(\0132\022.arbi.v" +
-      "1.ChatInputH\000R\004chatB\007\n\005input\"/\n\020Tokenize" +
-      "Response\022\033\n\ttoken_ids\030\001 \003(\005R\010tokenIds\"v\n" +
-      "\021DetokenizeRequest\022\024\n\005model\030\001 \001(\tR\005model" +
-      "\022\033\n\ttoken_ids\030\002 \003(\005R\010tokenIds\022.\n\023skip_sp" +
-      "ecial_tokens\030\003 \001(\010R\021skipSpecialTokens\"(\n" +
-      "\022DetokenizeResponse\022\022\n\004text\030\001 \001(\tR\004text\"" +
-      "w\n\022CountTokensRequest\022\024\n\005model\030\001 \001(\tR\005mo" +
-      "del\022\030\n\006prompt\030\002 \001(\tH\000R\006prompt\022(\n\004chat\030\003 " +
-      "\001(\0132\022.arbi.v1.ChatInputH\000R\004chatB\007\n\005input" +
-      "\"d\n\023CountTokensResponse\022\037\n\013token_count\030\001" +
-      " \001(\005R\ntokenCount\022,\n\022max_context_tokens\030\002" +
-      " \001(\005R\020maxContextTokens2\350\002\n\017GenerateServi" +
-      "ce\022A\n\010Generate\022\030.arbi.v1.GenerateRequest" +
-      "\032\031.arbi.v1.GenerateResponse0\001\022@\n\007Session" +
-      "\022\027.arbi.v1.SessionRequest\032\030.arbi.v1.Sess" +
-      "ionResponse(\0010\001\022?\n\010Tokenize\022\030.arbi.v1.To" +
-      "kenizeRequest\032\031.arbi.v1.TokenizeResponse" +
-      "\022E\n\nDetokenize\022\032.arbi.v1.DetokenizeReque" +
-      "st\032\033.arbi.v1.DetokenizeResponse\022H\n\013Count" +
-      "Tokens\022\033.arbi.v1.CountTokensRequest\032\034.ar" +
-      "bi.v1.CountTokensResponseB\177\n\013com.arbi.v1" +
-      "B\024GenerateServiceProtoP\001Z\035arbiclient/gen" +
-      "/arbi/v1;arbiv1\242\002\003AXX\252\002\007Arbi.V1\312\002\007Arbi\\V" +
-      "1\342\002\023Arbi\\V1\\GPBMetadata\352\002\010Arbi::V1b\006prot" +
-      "o3"
+      "1\032\036arbi/v1/generation_types.proto\032\034googl" +
+      "e/api/annotations.proto\032\027google/rpc/stat" +
+      "us.proto\"\207\003\n\017GenerateRequest\022\024\n\005model\030\001 " +
+      "\001(\tR\005model\022\030\n\006prompt\030\002 \001(\tH\000R\006prompt\0220\n\t" +
+      "token_ids\030\003 \001(\0132\021.arbi.v1.TokenIdsH\000R\010to" +
+      "kenIds\022(\n\004chat\030\004 \001(\0132\022.arbi.v1.ChatInput" +
+      "H\000R\004chat\0227\n\010sampling\030\005 \001(\0132\033.arbi.v1.Sam" +
+      "plingParametersR\010sampling\0225\n\010stopping\030\006 " +
+      "\001(\0132\031.arbi.v1.StoppingCriteriaR\010stopping" +
+      "\0223\n\010logprobs\030\007 \001(\0132\027.arbi.v1.LogprobOpti" +
+      "onsR\010logprobs\022:\n\nscheduling\030\010 \001(\0132\032.arbi" +
+      ".v1.SchedulingOptionsR\nschedulingB\007\n\005inp" +
+      "ut\"\223\002\n\020GenerateResponse\022\035\n\nrequest_id\030\001 " +
+      "\001(\tR\trequestId\022/\n\006tokens\030\002 \003(\0132\027.arbi.v1" +
+      ".GeneratedTokenR\006tokens\022\022\n\004text\030\003 \001(\tR\004t" +
+      "ext\0229\n\rprompt_tokens\030\004 \003(\0132\024.arbi.v1.Pro" +
+      "mptTokenR\014promptTokens\022:\n\rfinish_reason\030" +
+      "\005 \001(\0162\025.arbi.v1.FinishReasonR\014finishReas" +
+      "on\022$\n\005usage\030\006 \001(\0132\016.arbi.v1.UsageR\005usage" +
+      "\"\201\001\n\016SessionRequest\0220\n\005start\030\001 \001(\0132\030.arb" +
+      "i.v1.StartGenerationH\000R\005start\0223\n\006cancel\030" +
+      "\002 \001(\0132\031.arbi.v1.CancelGenerationH\000R\006canc" +
+      "elB\010\n\006action\"j\n\017StartGeneration\022#\n\rgener" +
+      "ation_id\030\001 \001(\tR\014generationId\0222\n\007request\030" +
+      "\002 \001(\0132\030.arbi.v1.GenerateRequestR\007request" +
+      "\"7\n\020CancelGeneration\022#\n\rgeneration_id\030\001 " +
+      "\001(\tR\014generationId\"\240\001\n\017SessionResponse\022#\n" +
+      "\rgeneration_id\030\001 \001(\tR\014generationId\0223\n\006ou" +
+      "tput\030\002 \001(\0132\031.arbi.v1.GenerateResponseH\000R" +
+      "\006output\022*\n\005error\030\003 \001(\0132\022.google.rpc.Stat" +
+      "usH\000R\005errorB\007\n\005event\"t\n\017TokenizeRequest\022" +
+      "\024\n\005model\030\001 \001(\tR\005model\022\030\n\006prompt\030\002 \001(\tH\000R" +
+      "\006prompt\022(\n\004chat\030\003 \001(\0132\022.arbi.v1.ChatInpu" +
+      "tH\000R\004chatB\007\n\005input\"/\n\020TokenizeResponse\022\033" +
+      "\n\ttoken_ids\030\001 \003(\005R\010tokenIds\"v\n\021Detokeniz" +
+      "eRequest\022\024\n\005model\030\001 \001(\tR\005model\022\033\n\ttoken_" +
+      "ids\030\002 \003(\005R\010tokenIds\022.\n\023skip_special_toke" +
+      "ns\030\003 \001(\010R\021skipSpecialTokens\"(\n\022Detokeniz" +
+      "eResponse\022\022\n\004text\030\001 \001(\tR\004text\"w\n\022CountTo" +
+      "kensRequest\022\024\n\005model\030\001 \001(\tR\005model\022\030\n\006pro" +
+      "mpt\030\002 \001(\tH\000R\006prompt\022(\n\004chat\030\003 \001(\0132\022.arbi" +
+      ".v1.ChatInputH\000R\004chatB\007\n\005input\"d\n\023CountT" +
+      "okensResponse\022\037\n\013token_count\030\001 \001(\005R\ntoke" +
+      "nCount\022,\n\022max_context_tokens\030\002 \001(\005R\020maxC" +
+      "ontextTokens2\202\004\n\017GenerateService\022_\n\010Gene" +
+      "rate\022\030.arbi.v1.GenerateRequest\032\031.arbi.v1" +
+      ".GenerateResponse\"\034\202\323\344\223\002\026:\001*\"\021/v1/text:g" +
+      "enerate0\001\022]\n\007Session\022\027.arbi.v1.SessionRe" +
+      "quest\032\030.arbi.v1.SessionResponse\"\033\202\323\344\223\002\025:" +
+      "\001*\"\020/v1/text:session(\0010\001\022]\n\010Tokenize\022\030.a" +
+      "rbi.v1.TokenizeRequest\032\031.arbi.v1.Tokeniz" +
+      "eResponse\"\034\202\323\344\223\002\026:\001*\"\021/v1/text:tokenize\022" +
+      "e\n\nDetokenize\022\032.arbi.v1.DetokenizeReques" +
+      "t\032\033.arbi.v1.DetokenizeResponse\"\036\202\323\344\223\002\030:\001" +
+      "*\"\023/v1/text:detokenize\022i\n\013CountTokens\022\033." +
+      "arbi.v1.CountTokensRequest\032\034.arbi.v1.Cou" +
+      "ntTokensResponse\"\037\202\323\344\223\002\031:\001*\"\024/v1/text:co" +
+      "untTokensB\177\n\013com.arbi.v1B\024GenerateServic" +
+      "eProtoP\001Z\035arbiclient/gen/arbi/v1;arbiv1\242" +
+      "\002\003AXX\252\002\007Arbi.V1\312\002\007Arbi\\V1\342\002\023Arbi\\V1\\GPBM" +
+      "etadata\352\002\010Arbi::V1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
         new com.google.protobuf.Descriptors.FileDescriptor[] {
           com.arbi.v1.GenerationTypesProto.getDescriptor(),
+          com.google.api.AnnotationsProto.getDescriptor(),
           com.google.rpc.StatusProto.getDescriptor(),
         });
     internal_static_arbi_v1_GenerateRequest_descriptor =
@@ -220,7 +225,13 @@ public final class GenerateServiceProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_CountTokensResponse_descriptor,
         new java.lang.String[] { "TokenCount", "MaxContextTokens", });
+    com.google.protobuf.ExtensionRegistry registry =
+        com.google.protobuf.ExtensionRegistry.newInstance();
+    registry.add(com.google.api.AnnotationsProto.http);
+    com.google.protobuf.Descriptors.FileDescriptor
+        .internalUpdateFileDescriptor(descriptor, registry);
     com.arbi.v1.GenerationTypesProto.getDescriptor();
+    com.google.api.AnnotationsProto.getDescriptor();
     com.google.rpc.StatusProto.getDescriptor();
   }
 

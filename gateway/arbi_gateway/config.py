@@ -1,0 +1,49 @@
+"""The gateway's configuration: one frozen dataclass, validated at construction.
+
+`arbi_grpc.config_flags` derives the `arbi-gateway` flags and `ARBI_*` environment overrides from it, as
+for the server's configs; field names say they belong to the gateway's HTTP side or its upstream so they
+do not collide with the server's variables (`admin_token_file` is shared on purpose: it names the same file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arbi_grpc.config import setting
+from arbi_grpc.errors import InvalidArgumentError
+
+DEFAULT_HTTP_PORT = 8000
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Where the gateway listens, which gRPC server it forwards to, and what it bounds."""
+
+    upstream: str = setting("127.0.0.1:50051", "gRPC address of the arbi-serve server (host:port)")
+    http_host: str = setting("127.0.0.1", "address the HTTP gateway binds")
+    http_port: int = setting(DEFAULT_HTTP_PORT, "HTTP port of the gateway (0 picks a free one)")
+    upstream_channel_count: int = setting(4, "gRPC channels to the upstream, used round robin")
+    max_choice_count: int = setting(8, "largest `n` (choices per prompt) a request may ask for")
+    max_prompt_count: int = setting(16, "most prompts in one /v1/completions request")
+    max_output_tokens_limit: int = setting(
+        0, "largest max_tokens a request may ask for (0: only the server's context limit applies)"
+    )
+    admin_token_file: str = setting(
+        "", "file holding the server's admin token, used only to read the resident model's name for "
+            "/v1/models (empty: /v1/models forwards the caller's Authorization header)"
+    )
+
+    def __post_init__(self) -> None:
+        if not self.upstream or ":" not in self.upstream:
+            raise InvalidArgumentError("upstream", f"must be host:port, got {self.upstream!r}")
+        if not self.http_host:
+            raise InvalidArgumentError("http_host", "must not be empty")
+        if not 0 <= self.http_port <= 65535:
+            raise InvalidArgumentError("http_port", f"must be in [0, 65535], got {self.http_port}")
+        for name in ("upstream_channel_count", "max_choice_count", "max_prompt_count"):
+            if getattr(self, name) < 1:
+                raise InvalidArgumentError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.max_output_tokens_limit < 0:
+            raise InvalidArgumentError(
+                "max_output_tokens_limit", f"must be >= 0, got {self.max_output_tokens_limit}"
+            )
