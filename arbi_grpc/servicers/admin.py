@@ -90,6 +90,14 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             await abort_with(context, FailedPreconditionError("no model is resident"))
         return pb.GetMemoryReportResponse(**convert.memory_report_fields(served, served.engine.stats()))
 
+    async def FlushPrefixCache(self, request, context) -> pb.FlushPrefixCacheResponse:  # noqa: N802
+        served = self._host.served
+        if served is None:
+            await abort_with(context, FailedPreconditionError("no model is resident"))
+        tenant = request.tenant_id if request.HasField("tenant_id") else None
+        flushed = await asyncio.wrap_future(served.engine.flush_prefix_cache(tenant))
+        return pb.FlushPrefixCacheResponse(flushed_block_count=flushed)
+
     async def ListRunningRequests(self, request, context) -> pb.ListRunningRequestsResponse:  # noqa: N802
         response = pb.ListRunningRequestsResponse()
         for engine in self._host.engines():

@@ -120,7 +120,7 @@ def test_every_admin_rpc_with_the_admin_token(served_smollm2) -> None:
         return _grpcurl(target, f"arbi.v1.AdminService/{method}", data=data or {}, token=credential)
 
     for method in ("GetServerInfo", "CheckLiveness", "CheckReadiness", "ListModels", "GetMemoryReport",
-                   "ListRunningRequests", "GetRuntimeConfig", "ResumeServer"):
+                   "ListRunningRequests", "GetRuntimeConfig", "ResumeServer", "FlushPrefixCache"):
         reply = admin(method)
         assert reply.code == grpc.StatusCode.OK, (method, reply.stderr)
         refused = admin(method, credential=None)

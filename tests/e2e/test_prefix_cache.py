@@ -112,13 +112,27 @@ def test_opt_out_neither_reads_nor_writes(stub) -> None:
     assert skipped.token_ids == after.token_ids == again.token_ids
 
 
-def test_flush_empties_the_cache(stub, served_smollm2) -> None:
+def test_admin_flush_empties_the_cache(stub, served_smollm2) -> None:
+    import grpc
+
+    from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
+    from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
+
     engine = served_smollm2.served.engine
+    metadata = (("authorization", f"Bearer {served_smollm2.credentials.admin_token}"),)
+    channel = grpc.insecure_channel(served_smollm2.target)
+    admin = admin_grpc.AdminServiceStub(channel)
     system = _system_prompt(25)
-    generate(stub, _request(system, "One."))
-    assert engine.stats().num_cached_blocks > 0
-    engine.flush_prefix_cache().result(timeout=10)
-    stats = engine.stats()
-    assert stats.num_cached_blocks == 0
+    generate(stub, _request(system, "One.", tenant_id="flush-a"))
+    generate(stub, _request(system, "One.", tenant_id="flush-b"))
+    flushed_a = admin.FlushPrefixCache(admin_pb.FlushPrefixCacheRequest(tenant_id="flush-a"), metadata=metadata)
+    assert flushed_a.flushed_block_count > 0
+    assert generate(stub, _request(system, "One.", tenant_id="flush-a")).last.usage.cached_prompt_token_count == 0
+    assert generate(stub, _request(system, "One.", tenant_id="flush-b")).last.usage.cached_prompt_token_count > 0
+    admin.FlushPrefixCache(admin_pb.FlushPrefixCacheRequest(), metadata=metadata)
+    assert engine.stats().num_cached_blocks == 0
     assert engine.scheduler.kv.blocks.pool.num_evictable_blocks == 0
-    assert generate(stub, _request(system, "One.")).last.usage.cached_prompt_token_count == 0
+    with pytest.raises(grpc.RpcError) as refused:
+        admin.FlushPrefixCache(admin_pb.FlushPrefixCacheRequest())
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    channel.close()

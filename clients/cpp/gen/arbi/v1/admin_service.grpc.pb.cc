@@ -31,6 +31,7 @@ static const char* AdminService_method_names[] = {
   "/arbi.v1.AdminService/UnloadModel",
   "/arbi.v1.AdminService/SwitchModel",
   "/arbi.v1.AdminService/GetMemoryReport",
+  "/arbi.v1.AdminService/FlushPrefixCache",
   "/arbi.v1.AdminService/ListRunningRequests",
   "/arbi.v1.AdminService/CancelRunningRequest",
   "/arbi.v1.AdminService/GetRuntimeConfig",
@@ -54,12 +55,13 @@ AdminService::Stub::Stub(const std::shared_ptr< ::grpc::ChannelInterface>& chann
   , rpcmethod_UnloadModel_(AdminService_method_names[5], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
   , rpcmethod_SwitchModel_(AdminService_method_names[6], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
   , rpcmethod_GetMemoryReport_(AdminService_method_names[7], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_ListRunningRequests_(AdminService_method_names[8], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_CancelRunningRequest_(AdminService_method_names[9], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_GetRuntimeConfig_(AdminService_method_names[10], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_UpdateRuntimeConfig_(AdminService_method_names[11], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_DrainServer_(AdminService_method_names[12], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_ResumeServer_(AdminService_method_names[13], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_FlushPrefixCache_(AdminService_method_names[8], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_ListRunningRequests_(AdminService_method_names[9], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_CancelRunningRequest_(AdminService_method_names[10], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_GetRuntimeConfig_(AdminService_method_names[11], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_UpdateRuntimeConfig_(AdminService_method_names[12], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_DrainServer_(AdminService_method_names[13], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_ResumeServer_(AdminService_method_names[14], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
   {}
 
 ::grpc::Status AdminService::Stub::GetServerInfo(::grpc::ClientContext* context, const ::arbi::v1::GetServerInfoRequest& request, ::arbi::v1::GetServerInfoResponse* response) {
@@ -242,6 +244,29 @@ void AdminService::Stub::async::GetMemoryReport(::grpc::ClientContext* context, 
 ::grpc::ClientAsyncResponseReader< ::arbi::v1::GetMemoryReportResponse>* AdminService::Stub::AsyncGetMemoryReportRaw(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) {
   auto* result =
     this->PrepareAsyncGetMemoryReportRaw(context, request, cq);
+  result->StartCall();
+  return result;
+}
+
+::grpc::Status AdminService::Stub::FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::arbi::v1::FlushPrefixCacheResponse* response) {
+  return ::grpc::internal::BlockingUnaryCall< ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(channel_.get(), rpcmethod_FlushPrefixCache_, context, request, response);
+}
+
+void AdminService::Stub::async::FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, std::function<void(::grpc::Status)> f) {
+  ::grpc::internal::CallbackUnaryCall< ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(stub_->channel_.get(), stub_->rpcmethod_FlushPrefixCache_, context, request, response, std::move(f));
+}
+
+void AdminService::Stub::async::FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, ::grpc::ClientUnaryReactor* reactor) {
+  ::grpc::internal::ClientCallbackUnaryFactory::Create< ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(stub_->channel_.get(), stub_->rpcmethod_FlushPrefixCache_, context, request, response, reactor);
+}
+
+::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>* AdminService::Stub::PrepareAsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
+  return ::grpc::internal::ClientAsyncResponseReaderHelper::Create< ::arbi::v1::FlushPrefixCacheResponse, ::arbi::v1::FlushPrefixCacheRequest, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(channel_.get(), cq, rpcmethod_FlushPrefixCache_, context, request);
+}
+
+::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>* AdminService::Stub::AsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
+  auto* result =
+    this->PrepareAsyncFlushPrefixCacheRaw(context, request, cq);
   result->StartCall();
   return result;
 }
@@ -468,6 +493,16 @@ AdminService::Service::Service() {
   AddMethod(new ::grpc::internal::RpcServiceMethod(
       AdminService_method_names[8],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
+      new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
+          [](AdminService::Service* service,
+             ::grpc::ServerContext* ctx,
+             const ::arbi::v1::FlushPrefixCacheRequest* req,
+             ::arbi::v1::FlushPrefixCacheResponse* resp) {
+               return service->FlushPrefixCache(ctx, req, resp);
+             }, this)));
+  AddMethod(new ::grpc::internal::RpcServiceMethod(
+      AdminService_method_names[9],
+      ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
              ::grpc::ServerContext* ctx,
@@ -476,7 +511,7 @@ AdminService::Service::Service() {
                return service->ListRunningRequests(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[9],
+      AdminService_method_names[10],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -486,7 +521,7 @@ AdminService::Service::Service() {
                return service->CancelRunningRequest(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[10],
+      AdminService_method_names[11],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -496,7 +531,7 @@ AdminService::Service::Service() {
                return service->GetRuntimeConfig(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[11],
+      AdminService_method_names[12],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -506,7 +541,7 @@ AdminService::Service::Service() {
                return service->UpdateRuntimeConfig(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[12],
+      AdminService_method_names[13],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -516,7 +551,7 @@ AdminService::Service::Service() {
                return service->DrainServer(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[13],
+      AdminService_method_names[14],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -580,6 +615,13 @@ AdminService::Service::~Service() {
 }
 
 ::grpc::Status AdminService::Service::GetMemoryReport(::grpc::ServerContext* context, const ::arbi::v1::GetMemoryReportRequest* request, ::arbi::v1::GetMemoryReportResponse* response) {
+  (void) context;
+  (void) request;
+  (void) response;
+  return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+}
+
+::grpc::Status AdminService::Service::FlushPrefixCache(::grpc::ServerContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response) {
   (void) context;
   (void) request;
   (void) response;

@@ -152,6 +152,18 @@ class AdminService final {
     std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::GetMemoryReportResponse>> PrepareAsyncGetMemoryReport(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::GetMemoryReportResponse>>(PrepareAsyncGetMemoryReportRaw(context, request, cq));
     }
+    // FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+    // requests still use stay with them and return to the free pool when those requests end.
+    //
+    // Errors:
+    // - FAILED_PRECONDITION: no model is resident.
+    virtual ::grpc::Status FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::arbi::v1::FlushPrefixCacheResponse* response) = 0;
+    std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>> AsyncFlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>>(AsyncFlushPrefixCacheRaw(context, request, cq));
+    }
+    std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>> PrepareAsyncFlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>>(PrepareAsyncFlushPrefixCacheRaw(context, request, cq));
+    }
     // ListRunningRequests lists the requests the engine holds, waiting and running.
     //
     // Errors: none of its own (an empty list when no model is resident).
@@ -289,6 +301,13 @@ class AdminService final {
       // - FAILED_PRECONDITION: no model is resident.
       virtual void GetMemoryReport(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest* request, ::arbi::v1::GetMemoryReportResponse* response, std::function<void(::grpc::Status)>) = 0;
       virtual void GetMemoryReport(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest* request, ::arbi::v1::GetMemoryReportResponse* response, ::grpc::ClientUnaryReactor* reactor) = 0;
+      // FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+      // requests still use stay with them and return to the free pool when those requests end.
+      //
+      // Errors:
+      // - FAILED_PRECONDITION: no model is resident.
+      virtual void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, std::function<void(::grpc::Status)>) = 0;
+      virtual void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, ::grpc::ClientUnaryReactor* reactor) = 0;
       // ListRunningRequests lists the requests the engine holds, waiting and running.
       //
       // Errors: none of its own (an empty list when no model is resident).
@@ -350,6 +369,8 @@ class AdminService final {
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::SwitchModelResponse>* PrepareAsyncSwitchModelRaw(::grpc::ClientContext* context, const ::arbi::v1::SwitchModelRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::GetMemoryReportResponse>* AsyncGetMemoryReportRaw(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::GetMemoryReportResponse>* PrepareAsyncGetMemoryReportRaw(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) = 0;
+    virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>* AsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) = 0;
+    virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>* PrepareAsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ListRunningRequestsResponse>* AsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ListRunningRequestsResponse>* PrepareAsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::CancelRunningRequestResponse>* AsyncCancelRunningRequestRaw(::grpc::ClientContext* context, const ::arbi::v1::CancelRunningRequestRequest& request, ::grpc::CompletionQueue* cq) = 0;
@@ -422,6 +443,13 @@ class AdminService final {
     std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::GetMemoryReportResponse>> PrepareAsyncGetMemoryReport(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::GetMemoryReportResponse>>(PrepareAsyncGetMemoryReportRaw(context, request, cq));
     }
+    ::grpc::Status FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::arbi::v1::FlushPrefixCacheResponse* response) override;
+    std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>> AsyncFlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>>(AsyncFlushPrefixCacheRaw(context, request, cq));
+    }
+    std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>> PrepareAsyncFlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>>(PrepareAsyncFlushPrefixCacheRaw(context, request, cq));
+    }
     ::grpc::Status ListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::arbi::v1::ListRunningRequestsResponse* response) override;
     std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>> AsyncListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>>(AsyncListRunningRequestsRaw(context, request, cq));
@@ -483,6 +511,8 @@ class AdminService final {
       void SwitchModel(::grpc::ClientContext* context, const ::arbi::v1::SwitchModelRequest* request, ::arbi::v1::SwitchModelResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
       void GetMemoryReport(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest* request, ::arbi::v1::GetMemoryReportResponse* response, std::function<void(::grpc::Status)>) override;
       void GetMemoryReport(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest* request, ::arbi::v1::GetMemoryReportResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
+      void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, std::function<void(::grpc::Status)>) override;
+      void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
       void ListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest* request, ::arbi::v1::ListRunningRequestsResponse* response, std::function<void(::grpc::Status)>) override;
       void ListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest* request, ::arbi::v1::ListRunningRequestsResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
       void CancelRunningRequest(::grpc::ClientContext* context, const ::arbi::v1::CancelRunningRequestRequest* request, ::arbi::v1::CancelRunningRequestResponse* response, std::function<void(::grpc::Status)>) override;
@@ -522,6 +552,8 @@ class AdminService final {
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::SwitchModelResponse>* PrepareAsyncSwitchModelRaw(::grpc::ClientContext* context, const ::arbi::v1::SwitchModelRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::GetMemoryReportResponse>* AsyncGetMemoryReportRaw(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::GetMemoryReportResponse>* PrepareAsyncGetMemoryReportRaw(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) override;
+    ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>* AsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) override;
+    ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>* PrepareAsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>* AsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>* PrepareAsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::CancelRunningRequestResponse>* AsyncCancelRunningRequestRaw(::grpc::ClientContext* context, const ::arbi::v1::CancelRunningRequestRequest& request, ::grpc::CompletionQueue* cq) override;
@@ -542,6 +574,7 @@ class AdminService final {
     const ::grpc::internal::RpcMethod rpcmethod_UnloadModel_;
     const ::grpc::internal::RpcMethod rpcmethod_SwitchModel_;
     const ::grpc::internal::RpcMethod rpcmethod_GetMemoryReport_;
+    const ::grpc::internal::RpcMethod rpcmethod_FlushPrefixCache_;
     const ::grpc::internal::RpcMethod rpcmethod_ListRunningRequests_;
     const ::grpc::internal::RpcMethod rpcmethod_CancelRunningRequest_;
     const ::grpc::internal::RpcMethod rpcmethod_GetRuntimeConfig_;
@@ -611,6 +644,12 @@ class AdminService final {
     // Errors:
     // - FAILED_PRECONDITION: no model is resident.
     virtual ::grpc::Status GetMemoryReport(::grpc::ServerContext* context, const ::arbi::v1::GetMemoryReportRequest* request, ::arbi::v1::GetMemoryReportResponse* response);
+    // FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+    // requests still use stay with them and return to the free pool when those requests end.
+    //
+    // Errors:
+    // - FAILED_PRECONDITION: no model is resident.
+    virtual ::grpc::Status FlushPrefixCache(::grpc::ServerContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response);
     // ListRunningRequests lists the requests the engine holds, waiting and running.
     //
     // Errors: none of its own (an empty list when no model is resident).
@@ -807,12 +846,32 @@ class AdminService final {
     }
   };
   template <class BaseClass>
+  class WithAsyncMethod_FlushPrefixCache : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithAsyncMethod_FlushPrefixCache() {
+      ::grpc::Service::MarkMethodAsync(8);
+    }
+    ~WithAsyncMethod_FlushPrefixCache() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status FlushPrefixCache(::grpc::ServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    void RequestFlushPrefixCache(::grpc::ServerContext* context, ::arbi::v1::FlushPrefixCacheRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::FlushPrefixCacheResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
+      ::grpc::Service::RequestAsyncUnary(8, context, request, response, new_call_cq, notification_cq, tag);
+    }
+  };
+  template <class BaseClass>
   class WithAsyncMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodAsync(8);
+      ::grpc::Service::MarkMethodAsync(9);
     }
     ~WithAsyncMethod_ListRunningRequests() override {
       BaseClassMustBeDerivedFromService(this);
@@ -823,7 +882,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestListRunningRequests(::grpc::ServerContext* context, ::arbi::v1::ListRunningRequestsRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::ListRunningRequestsResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(8, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -832,7 +891,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodAsync(9);
+      ::grpc::Service::MarkMethodAsync(10);
     }
     ~WithAsyncMethod_CancelRunningRequest() override {
       BaseClassMustBeDerivedFromService(this);
@@ -843,7 +902,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestCancelRunningRequest(::grpc::ServerContext* context, ::arbi::v1::CancelRunningRequestRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::CancelRunningRequestResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -852,7 +911,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodAsync(10);
+      ::grpc::Service::MarkMethodAsync(11);
     }
     ~WithAsyncMethod_GetRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -863,7 +922,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestGetRuntimeConfig(::grpc::ServerContext* context, ::arbi::v1::GetRuntimeConfigRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::GetRuntimeConfigResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -872,7 +931,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodAsync(11);
+      ::grpc::Service::MarkMethodAsync(12);
     }
     ~WithAsyncMethod_UpdateRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -883,7 +942,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestUpdateRuntimeConfig(::grpc::ServerContext* context, ::arbi::v1::UpdateRuntimeConfigRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::UpdateRuntimeConfigResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -892,7 +951,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_DrainServer() {
-      ::grpc::Service::MarkMethodAsync(12);
+      ::grpc::Service::MarkMethodAsync(13);
     }
     ~WithAsyncMethod_DrainServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -903,7 +962,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestDrainServer(::grpc::ServerContext* context, ::arbi::v1::DrainServerRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::DrainServerResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -912,7 +971,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodAsync(13);
+      ::grpc::Service::MarkMethodAsync(14);
     }
     ~WithAsyncMethod_ResumeServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -923,10 +982,10 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestResumeServer(::grpc::ServerContext* context, ::arbi::v1::ResumeServerRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::ResumeServerResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(14, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
-  typedef WithAsyncMethod_GetServerInfo<WithAsyncMethod_CheckLiveness<WithAsyncMethod_CheckReadiness<WithAsyncMethod_ListModels<WithAsyncMethod_LoadModel<WithAsyncMethod_UnloadModel<WithAsyncMethod_SwitchModel<WithAsyncMethod_GetMemoryReport<WithAsyncMethod_ListRunningRequests<WithAsyncMethod_CancelRunningRequest<WithAsyncMethod_GetRuntimeConfig<WithAsyncMethod_UpdateRuntimeConfig<WithAsyncMethod_DrainServer<WithAsyncMethod_ResumeServer<Service > > > > > > > > > > > > > > AsyncService;
+  typedef WithAsyncMethod_GetServerInfo<WithAsyncMethod_CheckLiveness<WithAsyncMethod_CheckReadiness<WithAsyncMethod_ListModels<WithAsyncMethod_LoadModel<WithAsyncMethod_UnloadModel<WithAsyncMethod_SwitchModel<WithAsyncMethod_GetMemoryReport<WithAsyncMethod_FlushPrefixCache<WithAsyncMethod_ListRunningRequests<WithAsyncMethod_CancelRunningRequest<WithAsyncMethod_GetRuntimeConfig<WithAsyncMethod_UpdateRuntimeConfig<WithAsyncMethod_DrainServer<WithAsyncMethod_ResumeServer<Service > > > > > > > > > > > > > > > AsyncService;
   template <class BaseClass>
   class WithCallbackMethod_GetServerInfo : public BaseClass {
    private:
@@ -1144,18 +1203,45 @@ class AdminService final {
       ::grpc::CallbackServerContext* /*context*/, const ::arbi::v1::GetMemoryReportRequest* /*request*/, ::arbi::v1::GetMemoryReportResponse* /*response*/)  { return nullptr; }
   };
   template <class BaseClass>
+  class WithCallbackMethod_FlushPrefixCache : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithCallbackMethod_FlushPrefixCache() {
+      ::grpc::Service::MarkMethodCallback(8,
+          new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse>(
+            [this](
+                   ::grpc::CallbackServerContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response) { return this->FlushPrefixCache(context, request, response); }));}
+    void SetMessageAllocatorFor_FlushPrefixCache(
+        ::grpc::MessageAllocator< ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse>* allocator) {
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(8);
+      static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse>*>(handler)
+              ->SetMessageAllocator(allocator);
+    }
+    ~WithCallbackMethod_FlushPrefixCache() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status FlushPrefixCache(::grpc::ServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    virtual ::grpc::ServerUnaryReactor* FlushPrefixCache(
+      ::grpc::CallbackServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/)  { return nullptr; }
+  };
+  template <class BaseClass>
   class WithCallbackMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodCallback(8,
+      ::grpc::Service::MarkMethodCallback(9,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::ListRunningRequestsRequest* request, ::arbi::v1::ListRunningRequestsResponse* response) { return this->ListRunningRequests(context, request, response); }));}
     void SetMessageAllocatorFor_ListRunningRequests(
         ::grpc::MessageAllocator< ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(8);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(9);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1176,13 +1262,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodCallback(9,
+      ::grpc::Service::MarkMethodCallback(10,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::CancelRunningRequestRequest* request, ::arbi::v1::CancelRunningRequestResponse* response) { return this->CancelRunningRequest(context, request, response); }));}
     void SetMessageAllocatorFor_CancelRunningRequest(
         ::grpc::MessageAllocator< ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(9);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(10);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1203,13 +1289,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodCallback(10,
+      ::grpc::Service::MarkMethodCallback(11,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::GetRuntimeConfigRequest* request, ::arbi::v1::GetRuntimeConfigResponse* response) { return this->GetRuntimeConfig(context, request, response); }));}
     void SetMessageAllocatorFor_GetRuntimeConfig(
         ::grpc::MessageAllocator< ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(10);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(11);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1230,13 +1316,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodCallback(11,
+      ::grpc::Service::MarkMethodCallback(12,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::UpdateRuntimeConfigRequest* request, ::arbi::v1::UpdateRuntimeConfigResponse* response) { return this->UpdateRuntimeConfig(context, request, response); }));}
     void SetMessageAllocatorFor_UpdateRuntimeConfig(
         ::grpc::MessageAllocator< ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(11);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(12);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1257,13 +1343,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_DrainServer() {
-      ::grpc::Service::MarkMethodCallback(12,
+      ::grpc::Service::MarkMethodCallback(13,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::DrainServerRequest* request, ::arbi::v1::DrainServerResponse* response) { return this->DrainServer(context, request, response); }));}
     void SetMessageAllocatorFor_DrainServer(
         ::grpc::MessageAllocator< ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(12);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(13);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1284,13 +1370,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodCallback(13,
+      ::grpc::Service::MarkMethodCallback(14,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::ResumeServerRequest* request, ::arbi::v1::ResumeServerResponse* response) { return this->ResumeServer(context, request, response); }));}
     void SetMessageAllocatorFor_ResumeServer(
         ::grpc::MessageAllocator< ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(13);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(14);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1305,7 +1391,7 @@ class AdminService final {
     virtual ::grpc::ServerUnaryReactor* ResumeServer(
       ::grpc::CallbackServerContext* /*context*/, const ::arbi::v1::ResumeServerRequest* /*request*/, ::arbi::v1::ResumeServerResponse* /*response*/)  { return nullptr; }
   };
-  typedef WithCallbackMethod_GetServerInfo<WithCallbackMethod_CheckLiveness<WithCallbackMethod_CheckReadiness<WithCallbackMethod_ListModels<WithCallbackMethod_LoadModel<WithCallbackMethod_UnloadModel<WithCallbackMethod_SwitchModel<WithCallbackMethod_GetMemoryReport<WithCallbackMethod_ListRunningRequests<WithCallbackMethod_CancelRunningRequest<WithCallbackMethod_GetRuntimeConfig<WithCallbackMethod_UpdateRuntimeConfig<WithCallbackMethod_DrainServer<WithCallbackMethod_ResumeServer<Service > > > > > > > > > > > > > > CallbackService;
+  typedef WithCallbackMethod_GetServerInfo<WithCallbackMethod_CheckLiveness<WithCallbackMethod_CheckReadiness<WithCallbackMethod_ListModels<WithCallbackMethod_LoadModel<WithCallbackMethod_UnloadModel<WithCallbackMethod_SwitchModel<WithCallbackMethod_GetMemoryReport<WithCallbackMethod_FlushPrefixCache<WithCallbackMethod_ListRunningRequests<WithCallbackMethod_CancelRunningRequest<WithCallbackMethod_GetRuntimeConfig<WithCallbackMethod_UpdateRuntimeConfig<WithCallbackMethod_DrainServer<WithCallbackMethod_ResumeServer<Service > > > > > > > > > > > > > > > CallbackService;
   typedef CallbackService ExperimentalCallbackService;
   template <class BaseClass>
   class WithGenericMethod_GetServerInfo : public BaseClass {
@@ -1444,12 +1530,29 @@ class AdminService final {
     }
   };
   template <class BaseClass>
+  class WithGenericMethod_FlushPrefixCache : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithGenericMethod_FlushPrefixCache() {
+      ::grpc::Service::MarkMethodGeneric(8);
+    }
+    ~WithGenericMethod_FlushPrefixCache() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status FlushPrefixCache(::grpc::ServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+  };
+  template <class BaseClass>
   class WithGenericMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodGeneric(8);
+      ::grpc::Service::MarkMethodGeneric(9);
     }
     ~WithGenericMethod_ListRunningRequests() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1466,7 +1569,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodGeneric(9);
+      ::grpc::Service::MarkMethodGeneric(10);
     }
     ~WithGenericMethod_CancelRunningRequest() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1483,7 +1586,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodGeneric(10);
+      ::grpc::Service::MarkMethodGeneric(11);
     }
     ~WithGenericMethod_GetRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1500,7 +1603,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodGeneric(11);
+      ::grpc::Service::MarkMethodGeneric(12);
     }
     ~WithGenericMethod_UpdateRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1517,7 +1620,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_DrainServer() {
-      ::grpc::Service::MarkMethodGeneric(12);
+      ::grpc::Service::MarkMethodGeneric(13);
     }
     ~WithGenericMethod_DrainServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1534,7 +1637,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodGeneric(13);
+      ::grpc::Service::MarkMethodGeneric(14);
     }
     ~WithGenericMethod_ResumeServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1706,12 +1809,32 @@ class AdminService final {
     }
   };
   template <class BaseClass>
+  class WithRawMethod_FlushPrefixCache : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithRawMethod_FlushPrefixCache() {
+      ::grpc::Service::MarkMethodRaw(8);
+    }
+    ~WithRawMethod_FlushPrefixCache() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status FlushPrefixCache(::grpc::ServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    void RequestFlushPrefixCache(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
+      ::grpc::Service::RequestAsyncUnary(8, context, request, response, new_call_cq, notification_cq, tag);
+    }
+  };
+  template <class BaseClass>
   class WithRawMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodRaw(8);
+      ::grpc::Service::MarkMethodRaw(9);
     }
     ~WithRawMethod_ListRunningRequests() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1722,7 +1845,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestListRunningRequests(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(8, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1731,7 +1854,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodRaw(9);
+      ::grpc::Service::MarkMethodRaw(10);
     }
     ~WithRawMethod_CancelRunningRequest() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1742,7 +1865,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestCancelRunningRequest(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1751,7 +1874,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodRaw(10);
+      ::grpc::Service::MarkMethodRaw(11);
     }
     ~WithRawMethod_GetRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1762,7 +1885,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestGetRuntimeConfig(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1771,7 +1894,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodRaw(11);
+      ::grpc::Service::MarkMethodRaw(12);
     }
     ~WithRawMethod_UpdateRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1782,7 +1905,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestUpdateRuntimeConfig(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1791,7 +1914,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_DrainServer() {
-      ::grpc::Service::MarkMethodRaw(12);
+      ::grpc::Service::MarkMethodRaw(13);
     }
     ~WithRawMethod_DrainServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1802,7 +1925,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestDrainServer(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1811,7 +1934,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodRaw(13);
+      ::grpc::Service::MarkMethodRaw(14);
     }
     ~WithRawMethod_ResumeServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1822,7 +1945,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestResumeServer(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(14, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -2002,12 +2125,34 @@ class AdminService final {
       ::grpc::CallbackServerContext* /*context*/, const ::grpc::ByteBuffer* /*request*/, ::grpc::ByteBuffer* /*response*/)  { return nullptr; }
   };
   template <class BaseClass>
+  class WithRawCallbackMethod_FlushPrefixCache : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithRawCallbackMethod_FlushPrefixCache() {
+      ::grpc::Service::MarkMethodRawCallback(8,
+          new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
+            [this](
+                   ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->FlushPrefixCache(context, request, response); }));
+    }
+    ~WithRawCallbackMethod_FlushPrefixCache() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status FlushPrefixCache(::grpc::ServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    virtual ::grpc::ServerUnaryReactor* FlushPrefixCache(
+      ::grpc::CallbackServerContext* /*context*/, const ::grpc::ByteBuffer* /*request*/, ::grpc::ByteBuffer* /*response*/)  { return nullptr; }
+  };
+  template <class BaseClass>
   class WithRawCallbackMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodRawCallback(8,
+      ::grpc::Service::MarkMethodRawCallback(9,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->ListRunningRequests(context, request, response); }));
@@ -2029,7 +2174,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodRawCallback(9,
+      ::grpc::Service::MarkMethodRawCallback(10,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->CancelRunningRequest(context, request, response); }));
@@ -2051,7 +2196,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodRawCallback(10,
+      ::grpc::Service::MarkMethodRawCallback(11,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->GetRuntimeConfig(context, request, response); }));
@@ -2073,7 +2218,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodRawCallback(11,
+      ::grpc::Service::MarkMethodRawCallback(12,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->UpdateRuntimeConfig(context, request, response); }));
@@ -2095,7 +2240,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_DrainServer() {
-      ::grpc::Service::MarkMethodRawCallback(12,
+      ::grpc::Service::MarkMethodRawCallback(13,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->DrainServer(context, request, response); }));
@@ -2117,7 +2262,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodRawCallback(13,
+      ::grpc::Service::MarkMethodRawCallback(14,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->ResumeServer(context, request, response); }));
@@ -2350,12 +2495,39 @@ class AdminService final {
     virtual ::grpc::Status StreamedGetMemoryReport(::grpc::ServerContext* context, ::grpc::ServerUnaryStreamer< ::arbi::v1::GetMemoryReportRequest,::arbi::v1::GetMemoryReportResponse>* server_unary_streamer) = 0;
   };
   template <class BaseClass>
+  class WithStreamedUnaryMethod_FlushPrefixCache : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithStreamedUnaryMethod_FlushPrefixCache() {
+      ::grpc::Service::MarkMethodStreamed(8,
+        new ::grpc::internal::StreamedUnaryHandler<
+          ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse>(
+            [this](::grpc::ServerContext* context,
+                   ::grpc::ServerUnaryStreamer<
+                     ::arbi::v1::FlushPrefixCacheRequest, ::arbi::v1::FlushPrefixCacheResponse>* streamer) {
+                       return this->StreamedFlushPrefixCache(context,
+                         streamer);
+                  }));
+    }
+    ~WithStreamedUnaryMethod_FlushPrefixCache() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable regular version of this method
+    ::grpc::Status FlushPrefixCache(::grpc::ServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    // replace default version of method with streamed unary
+    virtual ::grpc::Status StreamedFlushPrefixCache(::grpc::ServerContext* context, ::grpc::ServerUnaryStreamer< ::arbi::v1::FlushPrefixCacheRequest,::arbi::v1::FlushPrefixCacheResponse>* server_unary_streamer) = 0;
+  };
+  template <class BaseClass>
   class WithStreamedUnaryMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodStreamed(8,
+      ::grpc::Service::MarkMethodStreamed(9,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>(
             [this](::grpc::ServerContext* context,
@@ -2382,7 +2554,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodStreamed(9,
+      ::grpc::Service::MarkMethodStreamed(10,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>(
             [this](::grpc::ServerContext* context,
@@ -2409,7 +2581,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodStreamed(10,
+      ::grpc::Service::MarkMethodStreamed(11,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>(
             [this](::grpc::ServerContext* context,
@@ -2436,7 +2608,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodStreamed(11,
+      ::grpc::Service::MarkMethodStreamed(12,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>(
             [this](::grpc::ServerContext* context,
@@ -2463,7 +2635,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_DrainServer() {
-      ::grpc::Service::MarkMethodStreamed(12,
+      ::grpc::Service::MarkMethodStreamed(13,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>(
             [this](::grpc::ServerContext* context,
@@ -2490,7 +2662,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodStreamed(13,
+      ::grpc::Service::MarkMethodStreamed(14,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>(
             [this](::grpc::ServerContext* context,
@@ -2511,9 +2683,9 @@ class AdminService final {
     // replace default version of method with streamed unary
     virtual ::grpc::Status StreamedResumeServer(::grpc::ServerContext* context, ::grpc::ServerUnaryStreamer< ::arbi::v1::ResumeServerRequest,::arbi::v1::ResumeServerResponse>* server_unary_streamer) = 0;
   };
-  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > StreamedUnaryService;
+  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_FlushPrefixCache<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > > StreamedUnaryService;
   typedef Service SplitStreamedService;
-  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > StreamedService;
+  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_FlushPrefixCache<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > > StreamedService;
 };
 
 }  // namespace v1

@@ -207,6 +207,33 @@ struct SwitchModelResponseDefaultTypeInternal {
   };
 };
 PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 SwitchModelResponseDefaultTypeInternal _SwitchModelResponse_default_instance_;
+PROTOBUF_CONSTEXPR FlushPrefixCacheRequest::FlushPrefixCacheRequest(
+    ::_pbi::ConstantInitialized): _impl_{
+    /*decltype(_impl_._has_bits_)*/{}
+  , /*decltype(_impl_._cached_size_)*/{}
+  , /*decltype(_impl_.tenant_id_)*/{&::_pbi::fixed_address_empty_string, ::_pbi::ConstantInitialized{}}} {}
+struct FlushPrefixCacheRequestDefaultTypeInternal {
+  PROTOBUF_CONSTEXPR FlushPrefixCacheRequestDefaultTypeInternal()
+      : _instance(::_pbi::ConstantInitialized{}) {}
+  ~FlushPrefixCacheRequestDefaultTypeInternal() {}
+  union {
+    FlushPrefixCacheRequest _instance;
+  };
+};
+PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 FlushPrefixCacheRequestDefaultTypeInternal _FlushPrefixCacheRequest_default_instance_;
+PROTOBUF_CONSTEXPR FlushPrefixCacheResponse::FlushPrefixCacheResponse(
+    ::_pbi::ConstantInitialized): _impl_{
+    /*decltype(_impl_.flushed_block_count_)*/0
+  , /*decltype(_impl_._cached_size_)*/{}} {}
+struct FlushPrefixCacheResponseDefaultTypeInternal {
+  PROTOBUF_CONSTEXPR FlushPrefixCacheResponseDefaultTypeInternal()
+      : _instance(::_pbi::ConstantInitialized{}) {}
+  ~FlushPrefixCacheResponseDefaultTypeInternal() {}
+  union {
+    FlushPrefixCacheResponse _instance;
+  };
+};
+PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 FlushPrefixCacheResponseDefaultTypeInternal _FlushPrefixCacheResponse_default_instance_;
 PROTOBUF_CONSTEXPR GetMemoryReportRequest::GetMemoryReportRequest(
     ::_pbi::ConstantInitialized) {}
 struct GetMemoryReportRequestDefaultTypeInternal {
@@ -388,7 +415,7 @@ struct ResumeServerResponseDefaultTypeInternal {
 PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 ResumeServerResponseDefaultTypeInternal _ResumeServerResponse_default_instance_;
 }  // namespace v1
 }  // namespace arbi
-static ::_pb::Metadata file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[28];
+static ::_pb::Metadata file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[30];
 static constexpr ::_pb::EnumDescriptor const** file_level_enum_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto = nullptr;
 static constexpr ::_pb::ServiceDescriptor const** file_level_service_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto = nullptr;
 
@@ -498,6 +525,21 @@ const uint32_t TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto::offsets[] PROTOB
   PROTOBUF_FIELD_OFFSET(::arbi::v1::SwitchModelResponse, _impl_.model_),
   PROTOBUF_FIELD_OFFSET(::arbi::v1::SwitchModelResponse, _impl_.previous_model_),
   PROTOBUF_FIELD_OFFSET(::arbi::v1::SwitchModelResponse, _impl_.ended_request_count_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::FlushPrefixCacheRequest, _impl_._has_bits_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::FlushPrefixCacheRequest, _internal_metadata_),
+  ~0u,  // no _extensions_
+  ~0u,  // no _oneof_case_
+  ~0u,  // no _weak_field_map_
+  ~0u,  // no _inlined_string_donated_
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::FlushPrefixCacheRequest, _impl_.tenant_id_),
+  0,
+  ~0u,  // no _has_bits_
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::FlushPrefixCacheResponse, _internal_metadata_),
+  ~0u,  // no _extensions_
+  ~0u,  // no _oneof_case_
+  ~0u,  // no _weak_field_map_
+  ~0u,  // no _inlined_string_donated_
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::FlushPrefixCacheResponse, _impl_.flushed_block_count_),
   ~0u,  // no _has_bits_
   PROTOBUF_FIELD_OFFSET(::arbi::v1::GetMemoryReportRequest, _internal_metadata_),
   ~0u,  // no _extensions_
@@ -615,20 +657,22 @@ static const ::_pbi::MigrationSchema schemas[] PROTOBUF_SECTION_VARIABLE(protode
   { 80, -1, -1, sizeof(::arbi::v1::UnloadModelResponse)},
   { 88, -1, -1, sizeof(::arbi::v1::SwitchModelRequest)},
   { 96, -1, -1, sizeof(::arbi::v1::SwitchModelResponse)},
-  { 105, -1, -1, sizeof(::arbi::v1::GetMemoryReportRequest)},
-  { 111, -1, -1, sizeof(::arbi::v1::GetMemoryReportResponse)},
-  { 126, -1, -1, sizeof(::arbi::v1::ListRunningRequestsRequest)},
-  { 132, -1, -1, sizeof(::arbi::v1::ListRunningRequestsResponse)},
-  { 139, -1, -1, sizeof(::arbi::v1::CancelRunningRequestRequest)},
-  { 146, -1, -1, sizeof(::arbi::v1::CancelRunningRequestResponse)},
-  { 152, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigRequest)},
-  { 158, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigResponse)},
-  { 165, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigRequest)},
-  { 173, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigResponse)},
-  { 180, -1, -1, sizeof(::arbi::v1::DrainServerRequest)},
-  { 187, -1, -1, sizeof(::arbi::v1::DrainServerResponse)},
-  { 194, -1, -1, sizeof(::arbi::v1::ResumeServerRequest)},
-  { 200, -1, -1, sizeof(::arbi::v1::ResumeServerResponse)},
+  { 105, 112, -1, sizeof(::arbi::v1::FlushPrefixCacheRequest)},
+  { 113, -1, -1, sizeof(::arbi::v1::FlushPrefixCacheResponse)},
+  { 120, -1, -1, sizeof(::arbi::v1::GetMemoryReportRequest)},
+  { 126, -1, -1, sizeof(::arbi::v1::GetMemoryReportResponse)},
+  { 141, -1, -1, sizeof(::arbi::v1::ListRunningRequestsRequest)},
+  { 147, -1, -1, sizeof(::arbi::v1::ListRunningRequestsResponse)},
+  { 154, -1, -1, sizeof(::arbi::v1::CancelRunningRequestRequest)},
+  { 161, -1, -1, sizeof(::arbi::v1::CancelRunningRequestResponse)},
+  { 167, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigRequest)},
+  { 173, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigResponse)},
+  { 180, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigRequest)},
+  { 188, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigResponse)},
+  { 195, -1, -1, sizeof(::arbi::v1::DrainServerRequest)},
+  { 202, -1, -1, sizeof(::arbi::v1::DrainServerResponse)},
+  { 209, -1, -1, sizeof(::arbi::v1::ResumeServerRequest)},
+  { 215, -1, -1, sizeof(::arbi::v1::ResumeServerResponse)},
 };
 
 static const ::_pb::Message* const file_default_instances[] = {
@@ -646,6 +690,8 @@ static const ::_pb::Message* const file_default_instances[] = {
   &::arbi::v1::_UnloadModelResponse_default_instance_._instance,
   &::arbi::v1::_SwitchModelRequest_default_instance_._instance,
   &::arbi::v1::_SwitchModelResponse_default_instance_._instance,
+  &::arbi::v1::_FlushPrefixCacheRequest_default_instance_._instance,
+  &::arbi::v1::_FlushPrefixCacheResponse_default_instance_._instance,
   &::arbi::v1::_GetMemoryReportRequest_default_instance_._instance,
   &::arbi::v1::_GetMemoryReportResponse_default_instance_._instance,
   &::arbi::v1::_ListRunningRequestsRequest_default_instance_._instance,
@@ -692,57 +738,64 @@ const char descriptor_table_protodef_arbi_2fv1_2fadmin_5fservice_2eproto[] PROTO
   "l\030\001 \001(\0132\022.arbi.v1.ModelInfoR\005model\022%\n\016pr"
   "evious_model\030\002 \001(\tR\rpreviousModel\022.\n\023end"
   "ed_request_count\030\003 \001(\005R\021endedRequestCoun"
-  "t\"\030\n\026GetMemoryReportRequest\"\213\003\n\027GetMemor"
-  "yReportResponse\022$\n\016kv_block_count\030\001 \001(\005R"
-  "\014kvBlockCount\022-\n\023kv_used_block_count\030\002 \001"
-  "(\005R\020kvUsedBlockCount\022-\n\023kv_free_block_co"
-  "unt\030\003 \001(\005R\020kvFreeBlockCount\022&\n\017kv_block_"
-  "tokens\030\004 \001(\005R\rkvBlockTokens\022$\n\016kv_block_"
-  "bytes\030\005 \001(\003R\014kvBlockBytes\022$\n\016kv_cache_by"
-  "tes\030\006 \001(\003R\014kvCacheBytes\022\"\n\rkv_used_bytes"
-  "\030\007 \001(\003R\013kvUsedBytes\022!\n\014weight_bytes\030\010 \001("
-  "\003R\013weightBytes\0221\n\025kv_cached_block_count\030"
-  "\t \001(\005R\022kvCachedBlockCount\"\034\n\032ListRunning"
-  "RequestsRequest\"R\n\033ListRunningRequestsRe"
-  "sponse\0223\n\010requests\030\001 \003(\0132\027.arbi.v1.Runni"
-  "ngRequestR\010requests\"<\n\033CancelRunningRequ"
-  "estRequest\022\035\n\nrequest_id\030\001 \001(\tR\trequestI"
-  "d\"\036\n\034CancelRunningRequestResponse\"\031\n\027Get"
-  "RuntimeConfigRequest\"J\n\030GetRuntimeConfig"
-  "Response\022.\n\006config\030\001 \001(\0132\026.arbi.v1.Runti"
-  "meConfigR\006config\"\211\001\n\032UpdateRuntimeConfig"
-  "Request\022.\n\006config\030\001 \001(\0132\026.arbi.v1.Runtim"
-  "eConfigR\006config\022;\n\013update_mask\030\002 \001(\0132\032.g"
-  "oogle.protobuf.FieldMaskR\nupdateMask\"M\n\033"
-  "UpdateRuntimeConfigResponse\022.\n\006config\030\001 "
-  "\001(\0132\026.arbi.v1.RuntimeConfigR\006config\"3\n\022D"
-  "rainServerRequest\022\035\n\ntimeout_ms\030\001 \001(\003R\tt"
-  "imeoutMs\"M\n\023DrainServerResponse\0226\n\027remai"
-  "ning_request_count\030\001 \001(\005R\025remainingReque"
-  "stCount\"\025\n\023ResumeServerRequest\"\026\n\024Resume"
-  "ServerResponse2\373\014\n\014AdminService\022h\n\rGetSe"
-  "rverInfo\022\035.arbi.v1.GetServerInfoRequest\032"
-  "\036.arbi.v1.GetServerInfoResponse\"\030\202\323\344\223\002\022\022"
-  "\020/v1/admin/server\022v\n\rCheckLiveness\022\035.arb"
-  "i.v1.CheckLivenessRequest\032\036.arbi.v1.Chec"
-  "kLivenessResponse\"&\202\323\344\223\002 \022\036/v1/admin/ser"
-  "ver:checkLiveness\022z\n\016CheckReadiness\022\036.ar"
-  "bi.v1.CheckReadinessRequest\032\037.arbi.v1.Ch"
-  "eckReadinessResponse\"\'\202\323\344\223\002!\022\037/v1/admin/"
-  "server:checkReadiness\022_\n\nListModels\022\032.ar"
-  "bi.v1.ListModelsRequest\032\033.arbi.v1.ListMo"
-  "delsResponse\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d"
-  "\n\tLoadModel\022\031.arbi.v1.LoadModelRequest\032\032"
-  ".arbi.v1.LoadModelResponse\" \202\323\344\223\002\032:\001*\"\025/"
-  "v1/admin/models:load\022l\n\013UnloadModel\022\033.ar"
-  "bi.v1.UnloadModelRequest\032\034.arbi.v1.Unloa"
-  "dModelResponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/mod"
-  "els:unload\022l\n\013SwitchModel\022\033.arbi.v1.Swit"
-  "chModelRequest\032\034.arbi.v1.SwitchModelResp"
-  "onse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:switch"
-  "\022t\n\017GetMemoryReport\022\037.arbi.v1.GetMemoryR"
-  "eportRequest\032 .arbi.v1.GetMemoryReportRe"
-  "sponse\"\036\202\323\344\223\002\030\022\026/v1/admin/memoryReport\022|"
+  "t\"I\n\027FlushPrefixCacheRequest\022 \n\ttenant_i"
+  "d\030\001 \001(\tH\000R\010tenantId\210\001\001B\014\n\n_tenant_id\"J\n\030"
+  "FlushPrefixCacheResponse\022.\n\023flushed_bloc"
+  "k_count\030\001 \001(\005R\021flushedBlockCount\"\030\n\026GetM"
+  "emoryReportRequest\"\213\003\n\027GetMemoryReportRe"
+  "sponse\022$\n\016kv_block_count\030\001 \001(\005R\014kvBlockC"
+  "ount\022-\n\023kv_used_block_count\030\002 \001(\005R\020kvUse"
+  "dBlockCount\022-\n\023kv_free_block_count\030\003 \001(\005"
+  "R\020kvFreeBlockCount\022&\n\017kv_block_tokens\030\004 "
+  "\001(\005R\rkvBlockTokens\022$\n\016kv_block_bytes\030\005 \001"
+  "(\003R\014kvBlockBytes\022$\n\016kv_cache_bytes\030\006 \001(\003"
+  "R\014kvCacheBytes\022\"\n\rkv_used_bytes\030\007 \001(\003R\013k"
+  "vUsedBytes\022!\n\014weight_bytes\030\010 \001(\003R\013weight"
+  "Bytes\0221\n\025kv_cached_block_count\030\t \001(\005R\022kv"
+  "CachedBlockCount\"\034\n\032ListRunningRequestsR"
+  "equest\"R\n\033ListRunningRequestsResponse\0223\n"
+  "\010requests\030\001 \003(\0132\027.arbi.v1.RunningRequest"
+  "R\010requests\"<\n\033CancelRunningRequestReques"
+  "t\022\035\n\nrequest_id\030\001 \001(\tR\trequestId\"\036\n\034Canc"
+  "elRunningRequestResponse\"\031\n\027GetRuntimeCo"
+  "nfigRequest\"J\n\030GetRuntimeConfigResponse\022"
+  ".\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR"
+  "\006config\"\211\001\n\032UpdateRuntimeConfigRequest\022."
+  "\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006"
+  "config\022;\n\013update_mask\030\002 \001(\0132\032.google.pro"
+  "tobuf.FieldMaskR\nupdateMask\"M\n\033UpdateRun"
+  "timeConfigResponse\022.\n\006config\030\001 \001(\0132\026.arb"
+  "i.v1.RuntimeConfigR\006config\"3\n\022DrainServe"
+  "rRequest\022\035\n\ntimeout_ms\030\001 \001(\003R\ttimeoutMs\""
+  "M\n\023DrainServerResponse\0226\n\027remaining_requ"
+  "est_count\030\001 \001(\005R\025remainingRequestCount\"\025"
+  "\n\023ResumeServerRequest\"\026\n\024ResumeServerRes"
+  "ponse2\374\r\n\014AdminService\022h\n\rGetServerInfo\022"
+  "\035.arbi.v1.GetServerInfoRequest\032\036.arbi.v1"
+  ".GetServerInfoResponse\"\030\202\323\344\223\002\022\022\020/v1/admi"
+  "n/server\022v\n\rCheckLiveness\022\035.arbi.v1.Chec"
+  "kLivenessRequest\032\036.arbi.v1.CheckLiveness"
+  "Response\"&\202\323\344\223\002 \022\036/v1/admin/server:check"
+  "Liveness\022z\n\016CheckReadiness\022\036.arbi.v1.Che"
+  "ckReadinessRequest\032\037.arbi.v1.CheckReadin"
+  "essResponse\"\'\202\323\344\223\002!\022\037/v1/admin/server:ch"
+  "eckReadiness\022_\n\nListModels\022\032.arbi.v1.Lis"
+  "tModelsRequest\032\033.arbi.v1.ListModelsRespo"
+  "nse\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d\n\tLoadMod"
+  "el\022\031.arbi.v1.LoadModelRequest\032\032.arbi.v1."
+  "LoadModelResponse\" \202\323\344\223\002\032:\001*\"\025/v1/admin/"
+  "models:load\022l\n\013UnloadModel\022\033.arbi.v1.Unl"
+  "oadModelRequest\032\034.arbi.v1.UnloadModelRes"
+  "ponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:unloa"
+  "d\022l\n\013SwitchModel\022\033.arbi.v1.SwitchModelRe"
+  "quest\032\034.arbi.v1.SwitchModelResponse\"\"\202\323\344"
+  "\223\002\034:\001*\"\027/v1/admin/models:switch\022t\n\017GetMe"
+  "moryReport\022\037.arbi.v1.GetMemoryReportRequ"
+  "est\032 .arbi.v1.GetMemoryReportResponse\"\036\202"
+  "\323\344\223\002\030\022\026/v1/admin/memoryReport\022\177\n\020FlushPr"
+  "efixCache\022 .arbi.v1.FlushPrefixCacheRequ"
+  "est\032!.arbi.v1.FlushPrefixCacheResponse\"&"
+  "\202\323\344\223\002 :\001*\"\033/v1/admin/prefixCache:flush\022|"
   "\n\023ListRunningRequests\022#.arbi.v1.ListRunn"
   "ingRequestsRequest\032$.arbi.v1.ListRunning"
   "RequestsResponse\"\032\202\323\344\223\002\024\022\022/v1/admin/requ"
@@ -774,9 +827,9 @@ static const ::_pbi::DescriptorTable* const descriptor_table_arbi_2fv1_2fadmin_5
 };
 static ::_pbi::once_flag descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once;
 const ::_pbi::DescriptorTable descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto = {
-    false, false, 4090, descriptor_table_protodef_arbi_2fv1_2fadmin_5fservice_2eproto,
+    false, false, 4370, descriptor_table_protodef_arbi_2fv1_2fadmin_5fservice_2eproto,
     "arbi/v1/admin_service.proto",
-    &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once, descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_deps, 3, 28,
+    &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once, descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_deps, 3, 30,
     schemas, file_default_instances, TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto::offsets,
     file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto, file_level_enum_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto,
     file_level_service_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto,
@@ -3373,6 +3426,401 @@ void SwitchModelResponse::InternalSwap(SwitchModelResponse* other) {
 
 // ===================================================================
 
+class FlushPrefixCacheRequest::_Internal {
+ public:
+  using HasBits = decltype(std::declval<FlushPrefixCacheRequest>()._impl_._has_bits_);
+  static void set_has_tenant_id(HasBits* has_bits) {
+    (*has_bits)[0] |= 1u;
+  }
+};
+
+FlushPrefixCacheRequest::FlushPrefixCacheRequest(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                         bool is_message_owned)
+  : ::PROTOBUF_NAMESPACE_ID::Message(arena, is_message_owned) {
+  SharedCtor(arena, is_message_owned);
+  // @@protoc_insertion_point(arena_constructor:arbi.v1.FlushPrefixCacheRequest)
+}
+FlushPrefixCacheRequest::FlushPrefixCacheRequest(const FlushPrefixCacheRequest& from)
+  : ::PROTOBUF_NAMESPACE_ID::Message() {
+  FlushPrefixCacheRequest* const _this = this; (void)_this;
+  new (&_impl_) Impl_{
+      decltype(_impl_._has_bits_){from._impl_._has_bits_}
+    , /*decltype(_impl_._cached_size_)*/{}
+    , decltype(_impl_.tenant_id_){}};
+
+  _internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+  _impl_.tenant_id_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.tenant_id_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (from._internal_has_tenant_id()) {
+    _this->_impl_.tenant_id_.Set(from._internal_tenant_id(), 
+      _this->GetArenaForAllocation());
+  }
+  // @@protoc_insertion_point(copy_constructor:arbi.v1.FlushPrefixCacheRequest)
+}
+
+inline void FlushPrefixCacheRequest::SharedCtor(
+    ::_pb::Arena* arena, bool is_message_owned) {
+  (void)arena;
+  (void)is_message_owned;
+  new (&_impl_) Impl_{
+      decltype(_impl_._has_bits_){}
+    , /*decltype(_impl_._cached_size_)*/{}
+    , decltype(_impl_.tenant_id_){}
+  };
+  _impl_.tenant_id_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.tenant_id_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+}
+
+FlushPrefixCacheRequest::~FlushPrefixCacheRequest() {
+  // @@protoc_insertion_point(destructor:arbi.v1.FlushPrefixCacheRequest)
+  if (auto *arena = _internal_metadata_.DeleteReturnArena<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>()) {
+  (void)arena;
+    return;
+  }
+  SharedDtor();
+}
+
+inline void FlushPrefixCacheRequest::SharedDtor() {
+  GOOGLE_DCHECK(GetArenaForAllocation() == nullptr);
+  _impl_.tenant_id_.Destroy();
+}
+
+void FlushPrefixCacheRequest::SetCachedSize(int size) const {
+  _impl_._cached_size_.Set(size);
+}
+
+void FlushPrefixCacheRequest::Clear() {
+// @@protoc_insertion_point(message_clear_start:arbi.v1.FlushPrefixCacheRequest)
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  cached_has_bits = _impl_._has_bits_[0];
+  if (cached_has_bits & 0x00000001u) {
+    _impl_.tenant_id_.ClearNonDefaultToEmpty();
+  }
+  _impl_._has_bits_.Clear();
+  _internal_metadata_.Clear<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>();
+}
+
+const char* FlushPrefixCacheRequest::_InternalParse(const char* ptr, ::_pbi::ParseContext* ctx) {
+#define CHK_(x) if (PROTOBUF_PREDICT_FALSE(!(x))) goto failure
+  _Internal::HasBits has_bits{};
+  while (!ctx->Done(&ptr)) {
+    uint32_t tag;
+    ptr = ::_pbi::ReadTag(ptr, &tag);
+    switch (tag >> 3) {
+      // optional string tenant_id = 1 [json_name = "tenantId"];
+      case 1:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 10)) {
+          auto str = _internal_mutable_tenant_id();
+          ptr = ::_pbi::InlineGreedyStringParser(str, ptr, ctx);
+          CHK_(ptr);
+          CHK_(::_pbi::VerifyUTF8(str, "arbi.v1.FlushPrefixCacheRequest.tenant_id"));
+        } else
+          goto handle_unusual;
+        continue;
+      default:
+        goto handle_unusual;
+    }  // switch
+  handle_unusual:
+    if ((tag == 0) || ((tag & 7) == 4)) {
+      CHK_(ptr);
+      ctx->SetLastTag(tag);
+      goto message_done;
+    }
+    ptr = UnknownFieldParse(
+        tag,
+        _internal_metadata_.mutable_unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(),
+        ptr, ctx);
+    CHK_(ptr != nullptr);
+  }  // while
+message_done:
+  _impl_._has_bits_.Or(has_bits);
+  return ptr;
+failure:
+  ptr = nullptr;
+  goto message_done;
+#undef CHK_
+}
+
+uint8_t* FlushPrefixCacheRequest::_InternalSerialize(
+    uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const {
+  // @@protoc_insertion_point(serialize_to_array_start:arbi.v1.FlushPrefixCacheRequest)
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  // optional string tenant_id = 1 [json_name = "tenantId"];
+  if (_internal_has_tenant_id()) {
+    ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::VerifyUtf8String(
+      this->_internal_tenant_id().data(), static_cast<int>(this->_internal_tenant_id().length()),
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::SERIALIZE,
+      "arbi.v1.FlushPrefixCacheRequest.tenant_id");
+    target = stream->WriteStringMaybeAliased(
+        1, this->_internal_tenant_id(), target);
+  }
+
+  if (PROTOBUF_PREDICT_FALSE(_internal_metadata_.have_unknown_fields())) {
+    target = ::_pbi::WireFormat::InternalSerializeUnknownFieldsToArray(
+        _internal_metadata_.unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(::PROTOBUF_NAMESPACE_ID::UnknownFieldSet::default_instance), target, stream);
+  }
+  // @@protoc_insertion_point(serialize_to_array_end:arbi.v1.FlushPrefixCacheRequest)
+  return target;
+}
+
+size_t FlushPrefixCacheRequest::ByteSizeLong() const {
+// @@protoc_insertion_point(message_byte_size_start:arbi.v1.FlushPrefixCacheRequest)
+  size_t total_size = 0;
+
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  // optional string tenant_id = 1 [json_name = "tenantId"];
+  cached_has_bits = _impl_._has_bits_[0];
+  if (cached_has_bits & 0x00000001u) {
+    total_size += 1 +
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::StringSize(
+        this->_internal_tenant_id());
+  }
+
+  return MaybeComputeUnknownFieldsSize(total_size, &_impl_._cached_size_);
+}
+
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData FlushPrefixCacheRequest::_class_data_ = {
+    ::PROTOBUF_NAMESPACE_ID::Message::CopyWithSourceCheck,
+    FlushPrefixCacheRequest::MergeImpl
+};
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*FlushPrefixCacheRequest::GetClassData() const { return &_class_data_; }
+
+
+void FlushPrefixCacheRequest::MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg) {
+  auto* const _this = static_cast<FlushPrefixCacheRequest*>(&to_msg);
+  auto& from = static_cast<const FlushPrefixCacheRequest&>(from_msg);
+  // @@protoc_insertion_point(class_specific_merge_from_start:arbi.v1.FlushPrefixCacheRequest)
+  GOOGLE_DCHECK_NE(&from, _this);
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  if (from._internal_has_tenant_id()) {
+    _this->_internal_set_tenant_id(from._internal_tenant_id());
+  }
+  _this->_internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+}
+
+void FlushPrefixCacheRequest::CopyFrom(const FlushPrefixCacheRequest& from) {
+// @@protoc_insertion_point(class_specific_copy_from_start:arbi.v1.FlushPrefixCacheRequest)
+  if (&from == this) return;
+  Clear();
+  MergeFrom(from);
+}
+
+bool FlushPrefixCacheRequest::IsInitialized() const {
+  return true;
+}
+
+void FlushPrefixCacheRequest::InternalSwap(FlushPrefixCacheRequest* other) {
+  using std::swap;
+  auto* lhs_arena = GetArenaForAllocation();
+  auto* rhs_arena = other->GetArenaForAllocation();
+  _internal_metadata_.InternalSwap(&other->_internal_metadata_);
+  swap(_impl_._has_bits_[0], other->_impl_._has_bits_[0]);
+  ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr::InternalSwap(
+      &_impl_.tenant_id_, lhs_arena,
+      &other->_impl_.tenant_id_, rhs_arena
+  );
+}
+
+::PROTOBUF_NAMESPACE_ID::Metadata FlushPrefixCacheRequest::GetMetadata() const {
+  return ::_pbi::AssignDescriptors(
+      &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[14]);
+}
+
+// ===================================================================
+
+class FlushPrefixCacheResponse::_Internal {
+ public:
+};
+
+FlushPrefixCacheResponse::FlushPrefixCacheResponse(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                         bool is_message_owned)
+  : ::PROTOBUF_NAMESPACE_ID::Message(arena, is_message_owned) {
+  SharedCtor(arena, is_message_owned);
+  // @@protoc_insertion_point(arena_constructor:arbi.v1.FlushPrefixCacheResponse)
+}
+FlushPrefixCacheResponse::FlushPrefixCacheResponse(const FlushPrefixCacheResponse& from)
+  : ::PROTOBUF_NAMESPACE_ID::Message() {
+  FlushPrefixCacheResponse* const _this = this; (void)_this;
+  new (&_impl_) Impl_{
+      decltype(_impl_.flushed_block_count_){}
+    , /*decltype(_impl_._cached_size_)*/{}};
+
+  _internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+  _this->_impl_.flushed_block_count_ = from._impl_.flushed_block_count_;
+  // @@protoc_insertion_point(copy_constructor:arbi.v1.FlushPrefixCacheResponse)
+}
+
+inline void FlushPrefixCacheResponse::SharedCtor(
+    ::_pb::Arena* arena, bool is_message_owned) {
+  (void)arena;
+  (void)is_message_owned;
+  new (&_impl_) Impl_{
+      decltype(_impl_.flushed_block_count_){0}
+    , /*decltype(_impl_._cached_size_)*/{}
+  };
+}
+
+FlushPrefixCacheResponse::~FlushPrefixCacheResponse() {
+  // @@protoc_insertion_point(destructor:arbi.v1.FlushPrefixCacheResponse)
+  if (auto *arena = _internal_metadata_.DeleteReturnArena<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>()) {
+  (void)arena;
+    return;
+  }
+  SharedDtor();
+}
+
+inline void FlushPrefixCacheResponse::SharedDtor() {
+  GOOGLE_DCHECK(GetArenaForAllocation() == nullptr);
+}
+
+void FlushPrefixCacheResponse::SetCachedSize(int size) const {
+  _impl_._cached_size_.Set(size);
+}
+
+void FlushPrefixCacheResponse::Clear() {
+// @@protoc_insertion_point(message_clear_start:arbi.v1.FlushPrefixCacheResponse)
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  _impl_.flushed_block_count_ = 0;
+  _internal_metadata_.Clear<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>();
+}
+
+const char* FlushPrefixCacheResponse::_InternalParse(const char* ptr, ::_pbi::ParseContext* ctx) {
+#define CHK_(x) if (PROTOBUF_PREDICT_FALSE(!(x))) goto failure
+  while (!ctx->Done(&ptr)) {
+    uint32_t tag;
+    ptr = ::_pbi::ReadTag(ptr, &tag);
+    switch (tag >> 3) {
+      // int32 flushed_block_count = 1 [json_name = "flushedBlockCount"];
+      case 1:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 8)) {
+          _impl_.flushed_block_count_ = ::PROTOBUF_NAMESPACE_ID::internal::ReadVarint32(&ptr);
+          CHK_(ptr);
+        } else
+          goto handle_unusual;
+        continue;
+      default:
+        goto handle_unusual;
+    }  // switch
+  handle_unusual:
+    if ((tag == 0) || ((tag & 7) == 4)) {
+      CHK_(ptr);
+      ctx->SetLastTag(tag);
+      goto message_done;
+    }
+    ptr = UnknownFieldParse(
+        tag,
+        _internal_metadata_.mutable_unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(),
+        ptr, ctx);
+    CHK_(ptr != nullptr);
+  }  // while
+message_done:
+  return ptr;
+failure:
+  ptr = nullptr;
+  goto message_done;
+#undef CHK_
+}
+
+uint8_t* FlushPrefixCacheResponse::_InternalSerialize(
+    uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const {
+  // @@protoc_insertion_point(serialize_to_array_start:arbi.v1.FlushPrefixCacheResponse)
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  // int32 flushed_block_count = 1 [json_name = "flushedBlockCount"];
+  if (this->_internal_flushed_block_count() != 0) {
+    target = stream->EnsureSpace(target);
+    target = ::_pbi::WireFormatLite::WriteInt32ToArray(1, this->_internal_flushed_block_count(), target);
+  }
+
+  if (PROTOBUF_PREDICT_FALSE(_internal_metadata_.have_unknown_fields())) {
+    target = ::_pbi::WireFormat::InternalSerializeUnknownFieldsToArray(
+        _internal_metadata_.unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(::PROTOBUF_NAMESPACE_ID::UnknownFieldSet::default_instance), target, stream);
+  }
+  // @@protoc_insertion_point(serialize_to_array_end:arbi.v1.FlushPrefixCacheResponse)
+  return target;
+}
+
+size_t FlushPrefixCacheResponse::ByteSizeLong() const {
+// @@protoc_insertion_point(message_byte_size_start:arbi.v1.FlushPrefixCacheResponse)
+  size_t total_size = 0;
+
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  // int32 flushed_block_count = 1 [json_name = "flushedBlockCount"];
+  if (this->_internal_flushed_block_count() != 0) {
+    total_size += ::_pbi::WireFormatLite::Int32SizePlusOne(this->_internal_flushed_block_count());
+  }
+
+  return MaybeComputeUnknownFieldsSize(total_size, &_impl_._cached_size_);
+}
+
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData FlushPrefixCacheResponse::_class_data_ = {
+    ::PROTOBUF_NAMESPACE_ID::Message::CopyWithSourceCheck,
+    FlushPrefixCacheResponse::MergeImpl
+};
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*FlushPrefixCacheResponse::GetClassData() const { return &_class_data_; }
+
+
+void FlushPrefixCacheResponse::MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg) {
+  auto* const _this = static_cast<FlushPrefixCacheResponse*>(&to_msg);
+  auto& from = static_cast<const FlushPrefixCacheResponse&>(from_msg);
+  // @@protoc_insertion_point(class_specific_merge_from_start:arbi.v1.FlushPrefixCacheResponse)
+  GOOGLE_DCHECK_NE(&from, _this);
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  if (from._internal_flushed_block_count() != 0) {
+    _this->_internal_set_flushed_block_count(from._internal_flushed_block_count());
+  }
+  _this->_internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+}
+
+void FlushPrefixCacheResponse::CopyFrom(const FlushPrefixCacheResponse& from) {
+// @@protoc_insertion_point(class_specific_copy_from_start:arbi.v1.FlushPrefixCacheResponse)
+  if (&from == this) return;
+  Clear();
+  MergeFrom(from);
+}
+
+bool FlushPrefixCacheResponse::IsInitialized() const {
+  return true;
+}
+
+void FlushPrefixCacheResponse::InternalSwap(FlushPrefixCacheResponse* other) {
+  using std::swap;
+  _internal_metadata_.InternalSwap(&other->_internal_metadata_);
+  swap(_impl_.flushed_block_count_, other->_impl_.flushed_block_count_);
+}
+
+::PROTOBUF_NAMESPACE_ID::Metadata FlushPrefixCacheResponse::GetMetadata() const {
+  return ::_pbi::AssignDescriptors(
+      &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[15]);
+}
+
+// ===================================================================
+
 class GetMemoryReportRequest::_Internal {
  public:
 };
@@ -3408,7 +3856,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*GetMemoryReportRequest::GetCla
 ::PROTOBUF_NAMESPACE_ID::Metadata GetMemoryReportRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[14]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[16]);
 }
 
 // ===================================================================
@@ -3787,7 +4235,7 @@ void GetMemoryReportResponse::InternalSwap(GetMemoryReportResponse* other) {
 ::PROTOBUF_NAMESPACE_ID::Metadata GetMemoryReportResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[15]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[17]);
 }
 
 // ===================================================================
@@ -3827,7 +4275,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ListRunningRequestsRequest::Ge
 ::PROTOBUF_NAMESPACE_ID::Metadata ListRunningRequestsRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[16]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[18]);
 }
 
 // ===================================================================
@@ -4015,7 +4463,7 @@ void ListRunningRequestsResponse::InternalSwap(ListRunningRequestsResponse* othe
 ::PROTOBUF_NAMESPACE_ID::Metadata ListRunningRequestsResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[17]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[19]);
 }
 
 // ===================================================================
@@ -4218,7 +4666,7 @@ void CancelRunningRequestRequest::InternalSwap(CancelRunningRequestRequest* othe
 ::PROTOBUF_NAMESPACE_ID::Metadata CancelRunningRequestRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[18]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[20]);
 }
 
 // ===================================================================
@@ -4258,7 +4706,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*CancelRunningRequestResponse::
 ::PROTOBUF_NAMESPACE_ID::Metadata CancelRunningRequestResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[19]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[21]);
 }
 
 // ===================================================================
@@ -4298,7 +4746,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*GetRuntimeConfigRequest::GetCl
 ::PROTOBUF_NAMESPACE_ID::Metadata GetRuntimeConfigRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[20]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[22]);
 }
 
 // ===================================================================
@@ -4497,7 +4945,7 @@ void GetRuntimeConfigResponse::InternalSwap(GetRuntimeConfigResponse* other) {
 ::PROTOBUF_NAMESPACE_ID::Metadata GetRuntimeConfigResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[21]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[23]);
 }
 
 // ===================================================================
@@ -4748,7 +5196,7 @@ void UpdateRuntimeConfigRequest::InternalSwap(UpdateRuntimeConfigRequest* other)
 ::PROTOBUF_NAMESPACE_ID::Metadata UpdateRuntimeConfigRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[22]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[24]);
 }
 
 // ===================================================================
@@ -4947,7 +5395,7 @@ void UpdateRuntimeConfigResponse::InternalSwap(UpdateRuntimeConfigResponse* othe
 ::PROTOBUF_NAMESPACE_ID::Metadata UpdateRuntimeConfigResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[23]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[25]);
 }
 
 // ===================================================================
@@ -5125,7 +5573,7 @@ void DrainServerRequest::InternalSwap(DrainServerRequest* other) {
 ::PROTOBUF_NAMESPACE_ID::Metadata DrainServerRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[24]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[26]);
 }
 
 // ===================================================================
@@ -5303,7 +5751,7 @@ void DrainServerResponse::InternalSwap(DrainServerResponse* other) {
 ::PROTOBUF_NAMESPACE_ID::Metadata DrainServerResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[25]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[27]);
 }
 
 // ===================================================================
@@ -5343,7 +5791,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ResumeServerRequest::GetClassD
 ::PROTOBUF_NAMESPACE_ID::Metadata ResumeServerRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[26]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[28]);
 }
 
 // ===================================================================
@@ -5383,7 +5831,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ResumeServerResponse::GetClass
 ::PROTOBUF_NAMESPACE_ID::Metadata ResumeServerResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[27]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[29]);
 }
 
 // @@protoc_insertion_point(namespace_scope)
@@ -5445,6 +5893,14 @@ Arena::CreateMaybeMessage< ::arbi::v1::SwitchModelRequest >(Arena* arena) {
 template<> PROTOBUF_NOINLINE ::arbi::v1::SwitchModelResponse*
 Arena::CreateMaybeMessage< ::arbi::v1::SwitchModelResponse >(Arena* arena) {
   return Arena::CreateMessageInternal< ::arbi::v1::SwitchModelResponse >(arena);
+}
+template<> PROTOBUF_NOINLINE ::arbi::v1::FlushPrefixCacheRequest*
+Arena::CreateMaybeMessage< ::arbi::v1::FlushPrefixCacheRequest >(Arena* arena) {
+  return Arena::CreateMessageInternal< ::arbi::v1::FlushPrefixCacheRequest >(arena);
+}
+template<> PROTOBUF_NOINLINE ::arbi::v1::FlushPrefixCacheResponse*
+Arena::CreateMaybeMessage< ::arbi::v1::FlushPrefixCacheResponse >(Arena* arena) {
+  return Arena::CreateMessageInternal< ::arbi::v1::FlushPrefixCacheResponse >(arena);
 }
 template<> PROTOBUF_NOINLINE ::arbi::v1::GetMemoryReportRequest*
 Arena::CreateMaybeMessage< ::arbi::v1::GetMemoryReportRequest >(Arena* arena) {

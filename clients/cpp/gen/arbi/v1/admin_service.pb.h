@@ -74,6 +74,12 @@ extern DrainServerRequestDefaultTypeInternal _DrainServerRequest_default_instanc
 class DrainServerResponse;
 struct DrainServerResponseDefaultTypeInternal;
 extern DrainServerResponseDefaultTypeInternal _DrainServerResponse_default_instance_;
+class FlushPrefixCacheRequest;
+struct FlushPrefixCacheRequestDefaultTypeInternal;
+extern FlushPrefixCacheRequestDefaultTypeInternal _FlushPrefixCacheRequest_default_instance_;
+class FlushPrefixCacheResponse;
+struct FlushPrefixCacheResponseDefaultTypeInternal;
+extern FlushPrefixCacheResponseDefaultTypeInternal _FlushPrefixCacheResponse_default_instance_;
 class GetMemoryReportRequest;
 struct GetMemoryReportRequestDefaultTypeInternal;
 extern GetMemoryReportRequestDefaultTypeInternal _GetMemoryReportRequest_default_instance_;
@@ -145,6 +151,8 @@ template<> ::arbi::v1::CheckReadinessRequest* Arena::CreateMaybeMessage<::arbi::
 template<> ::arbi::v1::CheckReadinessResponse* Arena::CreateMaybeMessage<::arbi::v1::CheckReadinessResponse>(Arena*);
 template<> ::arbi::v1::DrainServerRequest* Arena::CreateMaybeMessage<::arbi::v1::DrainServerRequest>(Arena*);
 template<> ::arbi::v1::DrainServerResponse* Arena::CreateMaybeMessage<::arbi::v1::DrainServerResponse>(Arena*);
+template<> ::arbi::v1::FlushPrefixCacheRequest* Arena::CreateMaybeMessage<::arbi::v1::FlushPrefixCacheRequest>(Arena*);
+template<> ::arbi::v1::FlushPrefixCacheResponse* Arena::CreateMaybeMessage<::arbi::v1::FlushPrefixCacheResponse>(Arena*);
 template<> ::arbi::v1::GetMemoryReportRequest* Arena::CreateMaybeMessage<::arbi::v1::GetMemoryReportRequest>(Arena*);
 template<> ::arbi::v1::GetMemoryReportResponse* Arena::CreateMaybeMessage<::arbi::v1::GetMemoryReportResponse>(Arena*);
 template<> ::arbi::v1::GetRuntimeConfigRequest* Arena::CreateMaybeMessage<::arbi::v1::GetRuntimeConfigRequest>(Arena*);
@@ -2339,6 +2347,312 @@ class SwitchModelResponse final :
 };
 // -------------------------------------------------------------------
 
+class FlushPrefixCacheRequest final :
+    public ::PROTOBUF_NAMESPACE_ID::Message /* @@protoc_insertion_point(class_definition:arbi.v1.FlushPrefixCacheRequest) */ {
+ public:
+  inline FlushPrefixCacheRequest() : FlushPrefixCacheRequest(nullptr) {}
+  ~FlushPrefixCacheRequest() override;
+  explicit PROTOBUF_CONSTEXPR FlushPrefixCacheRequest(::PROTOBUF_NAMESPACE_ID::internal::ConstantInitialized);
+
+  FlushPrefixCacheRequest(const FlushPrefixCacheRequest& from);
+  FlushPrefixCacheRequest(FlushPrefixCacheRequest&& from) noexcept
+    : FlushPrefixCacheRequest() {
+    *this = ::std::move(from);
+  }
+
+  inline FlushPrefixCacheRequest& operator=(const FlushPrefixCacheRequest& from) {
+    CopyFrom(from);
+    return *this;
+  }
+  inline FlushPrefixCacheRequest& operator=(FlushPrefixCacheRequest&& from) noexcept {
+    if (this == &from) return *this;
+    if (GetOwningArena() == from.GetOwningArena()
+  #ifdef PROTOBUF_FORCE_COPY_IN_MOVE
+        && GetOwningArena() != nullptr
+  #endif  // !PROTOBUF_FORCE_COPY_IN_MOVE
+    ) {
+      InternalSwap(&from);
+    } else {
+      CopyFrom(from);
+    }
+    return *this;
+  }
+
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* descriptor() {
+    return GetDescriptor();
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* GetDescriptor() {
+    return default_instance().GetMetadata().descriptor;
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Reflection* GetReflection() {
+    return default_instance().GetMetadata().reflection;
+  }
+  static const FlushPrefixCacheRequest& default_instance() {
+    return *internal_default_instance();
+  }
+  static inline const FlushPrefixCacheRequest* internal_default_instance() {
+    return reinterpret_cast<const FlushPrefixCacheRequest*>(
+               &_FlushPrefixCacheRequest_default_instance_);
+  }
+  static constexpr int kIndexInFileMessages =
+    14;
+
+  friend void swap(FlushPrefixCacheRequest& a, FlushPrefixCacheRequest& b) {
+    a.Swap(&b);
+  }
+  inline void Swap(FlushPrefixCacheRequest* other) {
+    if (other == this) return;
+  #ifdef PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() != nullptr &&
+        GetOwningArena() == other->GetOwningArena()) {
+   #else  // PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() == other->GetOwningArena()) {
+  #endif  // !PROTOBUF_FORCE_COPY_IN_SWAP
+      InternalSwap(other);
+    } else {
+      ::PROTOBUF_NAMESPACE_ID::internal::GenericSwap(this, other);
+    }
+  }
+  void UnsafeArenaSwap(FlushPrefixCacheRequest* other) {
+    if (other == this) return;
+    GOOGLE_DCHECK(GetOwningArena() == other->GetOwningArena());
+    InternalSwap(other);
+  }
+
+  // implements Message ----------------------------------------------
+
+  FlushPrefixCacheRequest* New(::PROTOBUF_NAMESPACE_ID::Arena* arena = nullptr) const final {
+    return CreateMaybeMessage<FlushPrefixCacheRequest>(arena);
+  }
+  using ::PROTOBUF_NAMESPACE_ID::Message::CopyFrom;
+  void CopyFrom(const FlushPrefixCacheRequest& from);
+  using ::PROTOBUF_NAMESPACE_ID::Message::MergeFrom;
+  void MergeFrom( const FlushPrefixCacheRequest& from) {
+    FlushPrefixCacheRequest::MergeImpl(*this, from);
+  }
+  private:
+  static void MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg);
+  public:
+  PROTOBUF_ATTRIBUTE_REINITIALIZES void Clear() final;
+  bool IsInitialized() const final;
+
+  size_t ByteSizeLong() const final;
+  const char* _InternalParse(const char* ptr, ::PROTOBUF_NAMESPACE_ID::internal::ParseContext* ctx) final;
+  uint8_t* _InternalSerialize(
+      uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const final;
+  int GetCachedSize() const final { return _impl_._cached_size_.Get(); }
+
+  private:
+  void SharedCtor(::PROTOBUF_NAMESPACE_ID::Arena* arena, bool is_message_owned);
+  void SharedDtor();
+  void SetCachedSize(int size) const final;
+  void InternalSwap(FlushPrefixCacheRequest* other);
+
+  private:
+  friend class ::PROTOBUF_NAMESPACE_ID::internal::AnyMetadata;
+  static ::PROTOBUF_NAMESPACE_ID::StringPiece FullMessageName() {
+    return "arbi.v1.FlushPrefixCacheRequest";
+  }
+  protected:
+  explicit FlushPrefixCacheRequest(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                       bool is_message_owned = false);
+  public:
+
+  static const ClassData _class_data_;
+  const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*GetClassData() const final;
+
+  ::PROTOBUF_NAMESPACE_ID::Metadata GetMetadata() const final;
+
+  // nested types ----------------------------------------------------
+
+  // accessors -------------------------------------------------------
+
+  enum : int {
+    kTenantIdFieldNumber = 1,
+  };
+  // optional string tenant_id = 1 [json_name = "tenantId"];
+  bool has_tenant_id() const;
+  private:
+  bool _internal_has_tenant_id() const;
+  public:
+  void clear_tenant_id();
+  const std::string& tenant_id() const;
+  template <typename ArgT0 = const std::string&, typename... ArgT>
+  void set_tenant_id(ArgT0&& arg0, ArgT... args);
+  std::string* mutable_tenant_id();
+  PROTOBUF_NODISCARD std::string* release_tenant_id();
+  void set_allocated_tenant_id(std::string* tenant_id);
+  private:
+  const std::string& _internal_tenant_id() const;
+  inline PROTOBUF_ALWAYS_INLINE void _internal_set_tenant_id(const std::string& value);
+  std::string* _internal_mutable_tenant_id();
+  public:
+
+  // @@protoc_insertion_point(class_scope:arbi.v1.FlushPrefixCacheRequest)
+ private:
+  class _Internal;
+
+  template <typename T> friend class ::PROTOBUF_NAMESPACE_ID::Arena::InternalHelper;
+  typedef void InternalArenaConstructable_;
+  typedef void DestructorSkippable_;
+  struct Impl_ {
+    ::PROTOBUF_NAMESPACE_ID::internal::HasBits<1> _has_bits_;
+    mutable ::PROTOBUF_NAMESPACE_ID::internal::CachedSize _cached_size_;
+    ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr tenant_id_;
+  };
+  union { Impl_ _impl_; };
+  friend struct ::TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto;
+};
+// -------------------------------------------------------------------
+
+class FlushPrefixCacheResponse final :
+    public ::PROTOBUF_NAMESPACE_ID::Message /* @@protoc_insertion_point(class_definition:arbi.v1.FlushPrefixCacheResponse) */ {
+ public:
+  inline FlushPrefixCacheResponse() : FlushPrefixCacheResponse(nullptr) {}
+  ~FlushPrefixCacheResponse() override;
+  explicit PROTOBUF_CONSTEXPR FlushPrefixCacheResponse(::PROTOBUF_NAMESPACE_ID::internal::ConstantInitialized);
+
+  FlushPrefixCacheResponse(const FlushPrefixCacheResponse& from);
+  FlushPrefixCacheResponse(FlushPrefixCacheResponse&& from) noexcept
+    : FlushPrefixCacheResponse() {
+    *this = ::std::move(from);
+  }
+
+  inline FlushPrefixCacheResponse& operator=(const FlushPrefixCacheResponse& from) {
+    CopyFrom(from);
+    return *this;
+  }
+  inline FlushPrefixCacheResponse& operator=(FlushPrefixCacheResponse&& from) noexcept {
+    if (this == &from) return *this;
+    if (GetOwningArena() == from.GetOwningArena()
+  #ifdef PROTOBUF_FORCE_COPY_IN_MOVE
+        && GetOwningArena() != nullptr
+  #endif  // !PROTOBUF_FORCE_COPY_IN_MOVE
+    ) {
+      InternalSwap(&from);
+    } else {
+      CopyFrom(from);
+    }
+    return *this;
+  }
+
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* descriptor() {
+    return GetDescriptor();
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* GetDescriptor() {
+    return default_instance().GetMetadata().descriptor;
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Reflection* GetReflection() {
+    return default_instance().GetMetadata().reflection;
+  }
+  static const FlushPrefixCacheResponse& default_instance() {
+    return *internal_default_instance();
+  }
+  static inline const FlushPrefixCacheResponse* internal_default_instance() {
+    return reinterpret_cast<const FlushPrefixCacheResponse*>(
+               &_FlushPrefixCacheResponse_default_instance_);
+  }
+  static constexpr int kIndexInFileMessages =
+    15;
+
+  friend void swap(FlushPrefixCacheResponse& a, FlushPrefixCacheResponse& b) {
+    a.Swap(&b);
+  }
+  inline void Swap(FlushPrefixCacheResponse* other) {
+    if (other == this) return;
+  #ifdef PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() != nullptr &&
+        GetOwningArena() == other->GetOwningArena()) {
+   #else  // PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() == other->GetOwningArena()) {
+  #endif  // !PROTOBUF_FORCE_COPY_IN_SWAP
+      InternalSwap(other);
+    } else {
+      ::PROTOBUF_NAMESPACE_ID::internal::GenericSwap(this, other);
+    }
+  }
+  void UnsafeArenaSwap(FlushPrefixCacheResponse* other) {
+    if (other == this) return;
+    GOOGLE_DCHECK(GetOwningArena() == other->GetOwningArena());
+    InternalSwap(other);
+  }
+
+  // implements Message ----------------------------------------------
+
+  FlushPrefixCacheResponse* New(::PROTOBUF_NAMESPACE_ID::Arena* arena = nullptr) const final {
+    return CreateMaybeMessage<FlushPrefixCacheResponse>(arena);
+  }
+  using ::PROTOBUF_NAMESPACE_ID::Message::CopyFrom;
+  void CopyFrom(const FlushPrefixCacheResponse& from);
+  using ::PROTOBUF_NAMESPACE_ID::Message::MergeFrom;
+  void MergeFrom( const FlushPrefixCacheResponse& from) {
+    FlushPrefixCacheResponse::MergeImpl(*this, from);
+  }
+  private:
+  static void MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg);
+  public:
+  PROTOBUF_ATTRIBUTE_REINITIALIZES void Clear() final;
+  bool IsInitialized() const final;
+
+  size_t ByteSizeLong() const final;
+  const char* _InternalParse(const char* ptr, ::PROTOBUF_NAMESPACE_ID::internal::ParseContext* ctx) final;
+  uint8_t* _InternalSerialize(
+      uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const final;
+  int GetCachedSize() const final { return _impl_._cached_size_.Get(); }
+
+  private:
+  void SharedCtor(::PROTOBUF_NAMESPACE_ID::Arena* arena, bool is_message_owned);
+  void SharedDtor();
+  void SetCachedSize(int size) const final;
+  void InternalSwap(FlushPrefixCacheResponse* other);
+
+  private:
+  friend class ::PROTOBUF_NAMESPACE_ID::internal::AnyMetadata;
+  static ::PROTOBUF_NAMESPACE_ID::StringPiece FullMessageName() {
+    return "arbi.v1.FlushPrefixCacheResponse";
+  }
+  protected:
+  explicit FlushPrefixCacheResponse(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                       bool is_message_owned = false);
+  public:
+
+  static const ClassData _class_data_;
+  const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*GetClassData() const final;
+
+  ::PROTOBUF_NAMESPACE_ID::Metadata GetMetadata() const final;
+
+  // nested types ----------------------------------------------------
+
+  // accessors -------------------------------------------------------
+
+  enum : int {
+    kFlushedBlockCountFieldNumber = 1,
+  };
+  // int32 flushed_block_count = 1 [json_name = "flushedBlockCount"];
+  void clear_flushed_block_count();
+  int32_t flushed_block_count() const;
+  void set_flushed_block_count(int32_t value);
+  private:
+  int32_t _internal_flushed_block_count() const;
+  void _internal_set_flushed_block_count(int32_t value);
+  public:
+
+  // @@protoc_insertion_point(class_scope:arbi.v1.FlushPrefixCacheResponse)
+ private:
+  class _Internal;
+
+  template <typename T> friend class ::PROTOBUF_NAMESPACE_ID::Arena::InternalHelper;
+  typedef void InternalArenaConstructable_;
+  typedef void DestructorSkippable_;
+  struct Impl_ {
+    int32_t flushed_block_count_;
+    mutable ::PROTOBUF_NAMESPACE_ID::internal::CachedSize _cached_size_;
+  };
+  union { Impl_ _impl_; };
+  friend struct ::TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto;
+};
+// -------------------------------------------------------------------
+
 class GetMemoryReportRequest final :
     public ::PROTOBUF_NAMESPACE_ID::internal::ZeroFieldsBase /* @@protoc_insertion_point(class_definition:arbi.v1.GetMemoryReportRequest) */ {
  public:
@@ -2386,7 +2700,7 @@ class GetMemoryReportRequest final :
                &_GetMemoryReportRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    14;
+    16;
 
   friend void swap(GetMemoryReportRequest& a, GetMemoryReportRequest& b) {
     a.Swap(&b);
@@ -2505,7 +2819,7 @@ class GetMemoryReportResponse final :
                &_GetMemoryReportResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    15;
+    17;
 
   friend void swap(GetMemoryReportResponse& a, GetMemoryReportResponse& b) {
     a.Swap(&b);
@@ -2740,7 +3054,7 @@ class ListRunningRequestsRequest final :
                &_ListRunningRequestsRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    16;
+    18;
 
   friend void swap(ListRunningRequestsRequest& a, ListRunningRequestsRequest& b) {
     a.Swap(&b);
@@ -2859,7 +3173,7 @@ class ListRunningRequestsResponse final :
                &_ListRunningRequestsResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    17;
+    19;
 
   friend void swap(ListRunningRequestsResponse& a, ListRunningRequestsResponse& b) {
     a.Swap(&b);
@@ -3016,7 +3330,7 @@ class CancelRunningRequestRequest final :
                &_CancelRunningRequestRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    18;
+    20;
 
   friend void swap(CancelRunningRequestRequest& a, CancelRunningRequestRequest& b) {
     a.Swap(&b);
@@ -3168,7 +3482,7 @@ class CancelRunningRequestResponse final :
                &_CancelRunningRequestResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    19;
+    21;
 
   friend void swap(CancelRunningRequestResponse& a, CancelRunningRequestResponse& b) {
     a.Swap(&b);
@@ -3286,7 +3600,7 @@ class GetRuntimeConfigRequest final :
                &_GetRuntimeConfigRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    20;
+    22;
 
   friend void swap(GetRuntimeConfigRequest& a, GetRuntimeConfigRequest& b) {
     a.Swap(&b);
@@ -3405,7 +3719,7 @@ class GetRuntimeConfigResponse final :
                &_GetRuntimeConfigResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    21;
+    23;
 
   friend void swap(GetRuntimeConfigResponse& a, GetRuntimeConfigResponse& b) {
     a.Swap(&b);
@@ -3562,7 +3876,7 @@ class UpdateRuntimeConfigRequest final :
                &_UpdateRuntimeConfigRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    22;
+    24;
 
   friend void swap(UpdateRuntimeConfigRequest& a, UpdateRuntimeConfigRequest& b) {
     a.Swap(&b);
@@ -3739,7 +4053,7 @@ class UpdateRuntimeConfigResponse final :
                &_UpdateRuntimeConfigResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    23;
+    25;
 
   friend void swap(UpdateRuntimeConfigResponse& a, UpdateRuntimeConfigResponse& b) {
     a.Swap(&b);
@@ -3896,7 +4210,7 @@ class DrainServerRequest final :
                &_DrainServerRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    24;
+    26;
 
   friend void swap(DrainServerRequest& a, DrainServerRequest& b) {
     a.Swap(&b);
@@ -4044,7 +4358,7 @@ class DrainServerResponse final :
                &_DrainServerResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    25;
+    27;
 
   friend void swap(DrainServerResponse& a, DrainServerResponse& b) {
     a.Swap(&b);
@@ -4191,7 +4505,7 @@ class ResumeServerRequest final :
                &_ResumeServerRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    26;
+    28;
 
   friend void swap(ResumeServerRequest& a, ResumeServerRequest& b) {
     a.Swap(&b);
@@ -4309,7 +4623,7 @@ class ResumeServerResponse final :
                &_ResumeServerResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    27;
+    29;
 
   friend void swap(ResumeServerResponse& a, ResumeServerResponse& b) {
     a.Swap(&b);
@@ -5440,6 +5754,102 @@ inline void SwitchModelResponse::set_ended_request_count(int32_t value) {
 
 // -------------------------------------------------------------------
 
+// FlushPrefixCacheRequest
+
+// optional string tenant_id = 1 [json_name = "tenantId"];
+inline bool FlushPrefixCacheRequest::_internal_has_tenant_id() const {
+  bool value = (_impl_._has_bits_[0] & 0x00000001u) != 0;
+  return value;
+}
+inline bool FlushPrefixCacheRequest::has_tenant_id() const {
+  return _internal_has_tenant_id();
+}
+inline void FlushPrefixCacheRequest::clear_tenant_id() {
+  _impl_.tenant_id_.ClearToEmpty();
+  _impl_._has_bits_[0] &= ~0x00000001u;
+}
+inline const std::string& FlushPrefixCacheRequest::tenant_id() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.FlushPrefixCacheRequest.tenant_id)
+  return _internal_tenant_id();
+}
+template <typename ArgT0, typename... ArgT>
+inline PROTOBUF_ALWAYS_INLINE
+void FlushPrefixCacheRequest::set_tenant_id(ArgT0&& arg0, ArgT... args) {
+ _impl_._has_bits_[0] |= 0x00000001u;
+ _impl_.tenant_id_.Set(static_cast<ArgT0 &&>(arg0), args..., GetArenaForAllocation());
+  // @@protoc_insertion_point(field_set:arbi.v1.FlushPrefixCacheRequest.tenant_id)
+}
+inline std::string* FlushPrefixCacheRequest::mutable_tenant_id() {
+  std::string* _s = _internal_mutable_tenant_id();
+  // @@protoc_insertion_point(field_mutable:arbi.v1.FlushPrefixCacheRequest.tenant_id)
+  return _s;
+}
+inline const std::string& FlushPrefixCacheRequest::_internal_tenant_id() const {
+  return _impl_.tenant_id_.Get();
+}
+inline void FlushPrefixCacheRequest::_internal_set_tenant_id(const std::string& value) {
+  _impl_._has_bits_[0] |= 0x00000001u;
+  _impl_.tenant_id_.Set(value, GetArenaForAllocation());
+}
+inline std::string* FlushPrefixCacheRequest::_internal_mutable_tenant_id() {
+  _impl_._has_bits_[0] |= 0x00000001u;
+  return _impl_.tenant_id_.Mutable(GetArenaForAllocation());
+}
+inline std::string* FlushPrefixCacheRequest::release_tenant_id() {
+  // @@protoc_insertion_point(field_release:arbi.v1.FlushPrefixCacheRequest.tenant_id)
+  if (!_internal_has_tenant_id()) {
+    return nullptr;
+  }
+  _impl_._has_bits_[0] &= ~0x00000001u;
+  auto* p = _impl_.tenant_id_.Release();
+#ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (_impl_.tenant_id_.IsDefault()) {
+    _impl_.tenant_id_.Set("", GetArenaForAllocation());
+  }
+#endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  return p;
+}
+inline void FlushPrefixCacheRequest::set_allocated_tenant_id(std::string* tenant_id) {
+  if (tenant_id != nullptr) {
+    _impl_._has_bits_[0] |= 0x00000001u;
+  } else {
+    _impl_._has_bits_[0] &= ~0x00000001u;
+  }
+  _impl_.tenant_id_.SetAllocated(tenant_id, GetArenaForAllocation());
+#ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (_impl_.tenant_id_.IsDefault()) {
+    _impl_.tenant_id_.Set("", GetArenaForAllocation());
+  }
+#endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  // @@protoc_insertion_point(field_set_allocated:arbi.v1.FlushPrefixCacheRequest.tenant_id)
+}
+
+// -------------------------------------------------------------------
+
+// FlushPrefixCacheResponse
+
+// int32 flushed_block_count = 1 [json_name = "flushedBlockCount"];
+inline void FlushPrefixCacheResponse::clear_flushed_block_count() {
+  _impl_.flushed_block_count_ = 0;
+}
+inline int32_t FlushPrefixCacheResponse::_internal_flushed_block_count() const {
+  return _impl_.flushed_block_count_;
+}
+inline int32_t FlushPrefixCacheResponse::flushed_block_count() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.FlushPrefixCacheResponse.flushed_block_count)
+  return _internal_flushed_block_count();
+}
+inline void FlushPrefixCacheResponse::_internal_set_flushed_block_count(int32_t value) {
+  
+  _impl_.flushed_block_count_ = value;
+}
+inline void FlushPrefixCacheResponse::set_flushed_block_count(int32_t value) {
+  _internal_set_flushed_block_count(value);
+  // @@protoc_insertion_point(field_set:arbi.v1.FlushPrefixCacheResponse.flushed_block_count)
+}
+
+// -------------------------------------------------------------------
+
 // GetMemoryReportRequest
 
 // -------------------------------------------------------------------
@@ -6144,6 +6554,10 @@ inline void DrainServerResponse::set_remaining_request_count(int32_t value) {
 #ifdef __GNUC__
   #pragma GCC diagnostic pop
 #endif  // __GNUC__
+// -------------------------------------------------------------------
+
+// -------------------------------------------------------------------
+
 // -------------------------------------------------------------------
 
 // -------------------------------------------------------------------

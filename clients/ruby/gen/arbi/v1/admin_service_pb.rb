@@ -58,6 +58,12 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
       optional :previous_model, :string, 2, json_name: "previousModel"
       optional :ended_request_count, :int32, 3, json_name: "endedRequestCount"
     end
+    add_message "arbi.v1.FlushPrefixCacheRequest" do
+      proto3_optional :tenant_id, :string, 1, json_name: "tenantId"
+    end
+    add_message "arbi.v1.FlushPrefixCacheResponse" do
+      optional :flushed_block_count, :int32, 1, json_name: "flushedBlockCount"
+    end
     add_message "arbi.v1.GetMemoryReportRequest" do
     end
     add_message "arbi.v1.GetMemoryReportResponse" do
@@ -122,6 +128,8 @@ module Arbi
     UnloadModelResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.UnloadModelResponse").msgclass
     SwitchModelRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.SwitchModelRequest").msgclass
     SwitchModelResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.SwitchModelResponse").msgclass
+    FlushPrefixCacheRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.FlushPrefixCacheRequest").msgclass
+    FlushPrefixCacheResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.FlushPrefixCacheResponse").msgclass
     GetMemoryReportRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.GetMemoryReportRequest").msgclass
     GetMemoryReportResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.GetMemoryReportResponse").msgclass
     ListRunningRequestsRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.ListRunningRequestsRequest").msgclass

@@ -83,6 +83,12 @@ module Arbi
         # Errors:
         # - FAILED_PRECONDITION: no model is resident.
         rpc :GetMemoryReport, ::Arbi::V1::GetMemoryReportRequest, ::Arbi::V1::GetMemoryReportResponse
+        # FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+        # requests still use stay with them and return to the free pool when those requests end.
+        #
+        # Errors:
+        # - FAILED_PRECONDITION: no model is resident.
+        rpc :FlushPrefixCache, ::Arbi::V1::FlushPrefixCacheRequest, ::Arbi::V1::FlushPrefixCacheResponse
         # ListRunningRequests lists the requests the engine holds, waiting and running.
         #
         # Errors: none of its own (an empty list when no model is resident).

@@ -136,6 +136,21 @@ export interface SwitchModelResponse {
   endedRequestCount: number;
 }
 
+/** Asks to drop cached prompt prefixes. */
+export interface FlushPrefixCacheRequest {
+  /**
+   * The tenant whose prefixes are dropped; unset drops every tenant's (the empty string is the tenant of
+   * requests that name none).
+   */
+  tenantId?: string | undefined;
+}
+
+/** What a flush dropped. */
+export interface FlushPrefixCacheResponse {
+  /** KV cache blocks removed from the prefix cache. */
+  flushedBlockCount: number;
+}
+
 /** Asks for the memory report. */
 export interface GetMemoryReportRequest {
 }
@@ -1336,6 +1351,152 @@ export const SwitchModelResponse: MessageFns<SwitchModelResponse> = {
       : undefined;
     message.previousModel = object.previousModel ?? "";
     message.endedRequestCount = object.endedRequestCount ?? 0;
+    return message;
+  },
+};
+
+function createBaseFlushPrefixCacheRequest(): FlushPrefixCacheRequest {
+  return { tenantId: undefined };
+}
+
+export const FlushPrefixCacheRequest: MessageFns<FlushPrefixCacheRequest> = {
+  encode(message: FlushPrefixCacheRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenantId !== undefined) {
+      writer.uint32(10).string(message.tenantId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FlushPrefixCacheRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFlushPrefixCacheRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenantId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FlushPrefixCacheRequest {
+    return {
+      tenantId: isSet(object.tenantId)
+        ? globalThis.String(object.tenantId)
+        : isSet(object.tenant_id)
+        ? globalThis.String(object.tenant_id)
+        : undefined,
+    };
+  },
+
+  toJSON(message: FlushPrefixCacheRequest): unknown {
+    const obj: any = {};
+    if (message.tenantId !== undefined) {
+      obj.tenantId = message.tenantId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FlushPrefixCacheRequest>, I>>(base?: I): FlushPrefixCacheRequest {
+    return FlushPrefixCacheRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FlushPrefixCacheRequest>, I>>(object: I): FlushPrefixCacheRequest {
+    const message = createBaseFlushPrefixCacheRequest();
+    message.tenantId = object.tenantId ?? undefined;
+    return message;
+  },
+};
+
+function createBaseFlushPrefixCacheResponse(): FlushPrefixCacheResponse {
+  return { flushedBlockCount: 0 };
+}
+
+export const FlushPrefixCacheResponse: MessageFns<FlushPrefixCacheResponse> = {
+  encode(message: FlushPrefixCacheResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.flushedBlockCount !== 0) {
+      writer.uint32(8).int32(message.flushedBlockCount);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FlushPrefixCacheResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFlushPrefixCacheResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.flushedBlockCount = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FlushPrefixCacheResponse {
+    return {
+      flushedBlockCount: isSet(object.flushedBlockCount)
+        ? globalThis.Number(object.flushedBlockCount)
+        : isSet(object.flushed_block_count)
+        ? globalThis.Number(object.flushed_block_count)
+        : 0,
+    };
+  },
+
+  toJSON(message: FlushPrefixCacheResponse): unknown {
+    const obj: any = {};
+    if (message.flushedBlockCount !== 0) {
+      obj.flushedBlockCount = Math.round(message.flushedBlockCount);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FlushPrefixCacheResponse>, I>>(base?: I): FlushPrefixCacheResponse {
+    return FlushPrefixCacheResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FlushPrefixCacheResponse>, I>>(object: I): FlushPrefixCacheResponse {
+    const message = createBaseFlushPrefixCacheResponse();
+    message.flushedBlockCount = object.flushedBlockCount ?? 0;
     return message;
   },
 };
@@ -2573,6 +2734,24 @@ export const AdminServiceService = {
     responseDeserialize: (value: Buffer): GetMemoryReportResponse => GetMemoryReportResponse.decode(value),
   },
   /**
+   * FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+   * requests still use stay with them and return to the free pool when those requests end.
+   *
+   * Errors:
+   * - FAILED_PRECONDITION: no model is resident.
+   */
+  flushPrefixCache: {
+    path: "/arbi.v1.AdminService/FlushPrefixCache" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: FlushPrefixCacheRequest): Buffer =>
+      Buffer.from(FlushPrefixCacheRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): FlushPrefixCacheRequest => FlushPrefixCacheRequest.decode(value),
+    responseSerialize: (value: FlushPrefixCacheResponse): Buffer =>
+      Buffer.from(FlushPrefixCacheResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): FlushPrefixCacheResponse => FlushPrefixCacheResponse.decode(value),
+  },
+  /**
    * ListRunningRequests lists the requests the engine holds, waiting and running.
    *
    * Errors: none of its own (an empty list when no model is resident).
@@ -2750,6 +2929,14 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
    * - FAILED_PRECONDITION: no model is resident.
    */
   getMemoryReport: handleUnaryCall<GetMemoryReportRequest, GetMemoryReportResponse>;
+  /**
+   * FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+   * requests still use stay with them and return to the free pool when those requests end.
+   *
+   * Errors:
+   * - FAILED_PRECONDITION: no model is resident.
+   */
+  flushPrefixCache: handleUnaryCall<FlushPrefixCacheRequest, FlushPrefixCacheResponse>;
   /**
    * ListRunningRequests lists the requests the engine holds, waiting and running.
    *
@@ -2982,6 +3169,28 @@ export interface AdminServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetMemoryReportResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+   * requests still use stay with them and return to the free pool when those requests end.
+   *
+   * Errors:
+   * - FAILED_PRECONDITION: no model is resident.
+   */
+  flushPrefixCache(
+    request: FlushPrefixCacheRequest,
+    callback: (error: ServiceError | null, response: FlushPrefixCacheResponse) => void,
+  ): ClientUnaryCall;
+  flushPrefixCache(
+    request: FlushPrefixCacheRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: FlushPrefixCacheResponse) => void,
+  ): ClientUnaryCall;
+  flushPrefixCache(
+    request: FlushPrefixCacheRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: FlushPrefixCacheResponse) => void,
   ): ClientUnaryCall;
   /**
    * ListRunningRequests lists the requests the engine holds, waiting and running.

@@ -275,6 +275,37 @@ public final class AdminServiceGrpc {
     return getGetMemoryReportMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<com.arbi.v1.FlushPrefixCacheRequest,
+      com.arbi.v1.FlushPrefixCacheResponse> getFlushPrefixCacheMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "FlushPrefixCache",
+      requestType = com.arbi.v1.FlushPrefixCacheRequest.class,
+      responseType = com.arbi.v1.FlushPrefixCacheResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<com.arbi.v1.FlushPrefixCacheRequest,
+      com.arbi.v1.FlushPrefixCacheResponse> getFlushPrefixCacheMethod() {
+    io.grpc.MethodDescriptor<com.arbi.v1.FlushPrefixCacheRequest, com.arbi.v1.FlushPrefixCacheResponse> getFlushPrefixCacheMethod;
+    if ((getFlushPrefixCacheMethod = AdminServiceGrpc.getFlushPrefixCacheMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getFlushPrefixCacheMethod = AdminServiceGrpc.getFlushPrefixCacheMethod) == null) {
+          AdminServiceGrpc.getFlushPrefixCacheMethod = getFlushPrefixCacheMethod =
+              io.grpc.MethodDescriptor.<com.arbi.v1.FlushPrefixCacheRequest, com.arbi.v1.FlushPrefixCacheResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "FlushPrefixCache"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  com.arbi.v1.FlushPrefixCacheRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  com.arbi.v1.FlushPrefixCacheResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("FlushPrefixCache"))
+              .build();
+        }
+      }
+    }
+    return getFlushPrefixCacheMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<com.arbi.v1.ListRunningRequestsRequest,
       com.arbi.v1.ListRunningRequestsResponse> getListRunningRequestsMethod;
 
@@ -635,6 +666,19 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
+     * FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+     * requests still use stay with them and return to the free pool when those requests end.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident.
+     * </pre>
+     */
+    public void flushPrefixCache(com.arbi.v1.FlushPrefixCacheRequest request,
+        io.grpc.stub.StreamObserver<com.arbi.v1.FlushPrefixCacheResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getFlushPrefixCacheMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
      * ListRunningRequests lists the requests the engine holds, waiting and running.
      * Errors: none of its own (an empty list when no model is resident).
      * </pre>
@@ -767,6 +811,13 @@ public final class AdminServiceGrpc {
                 com.arbi.v1.GetMemoryReportRequest,
                 com.arbi.v1.GetMemoryReportResponse>(
                   this, METHODID_GET_MEMORY_REPORT)))
+          .addMethod(
+            getFlushPrefixCacheMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                com.arbi.v1.FlushPrefixCacheRequest,
+                com.arbi.v1.FlushPrefixCacheResponse>(
+                  this, METHODID_FLUSH_PREFIX_CACHE)))
           .addMethod(
             getListRunningRequestsMethod(),
             io.grpc.stub.ServerCalls.asyncUnaryCall(
@@ -957,6 +1008,20 @@ public final class AdminServiceGrpc {
         io.grpc.stub.StreamObserver<com.arbi.v1.GetMemoryReportResponse> responseObserver) {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getGetMemoryReportMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+     * requests still use stay with them and return to the free pool when those requests end.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident.
+     * </pre>
+     */
+    public void flushPrefixCache(com.arbi.v1.FlushPrefixCacheRequest request,
+        io.grpc.stub.StreamObserver<com.arbi.v1.FlushPrefixCacheResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getFlushPrefixCacheMethod(), getCallOptions()), request, responseObserver);
     }
 
     /**
@@ -1178,6 +1243,19 @@ public final class AdminServiceGrpc {
     public com.arbi.v1.GetMemoryReportResponse getMemoryReport(com.arbi.v1.GetMemoryReportRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getGetMemoryReportMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+     * requests still use stay with them and return to the free pool when those requests end.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident.
+     * </pre>
+     */
+    public com.arbi.v1.FlushPrefixCacheResponse flushPrefixCache(com.arbi.v1.FlushPrefixCacheRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getFlushPrefixCacheMethod(), getCallOptions(), request);
     }
 
     /**
@@ -1405,6 +1483,20 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
+     * FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+     * requests still use stay with them and return to the free pool when those requests end.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<com.arbi.v1.FlushPrefixCacheResponse> flushPrefixCache(
+        com.arbi.v1.FlushPrefixCacheRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getFlushPrefixCacheMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
      * ListRunningRequests lists the requests the engine holds, waiting and running.
      * Errors: none of its own (an empty list when no model is resident).
      * </pre>
@@ -1494,12 +1586,13 @@ public final class AdminServiceGrpc {
   private static final int METHODID_UNLOAD_MODEL = 5;
   private static final int METHODID_SWITCH_MODEL = 6;
   private static final int METHODID_GET_MEMORY_REPORT = 7;
-  private static final int METHODID_LIST_RUNNING_REQUESTS = 8;
-  private static final int METHODID_CANCEL_RUNNING_REQUEST = 9;
-  private static final int METHODID_GET_RUNTIME_CONFIG = 10;
-  private static final int METHODID_UPDATE_RUNTIME_CONFIG = 11;
-  private static final int METHODID_DRAIN_SERVER = 12;
-  private static final int METHODID_RESUME_SERVER = 13;
+  private static final int METHODID_FLUSH_PREFIX_CACHE = 8;
+  private static final int METHODID_LIST_RUNNING_REQUESTS = 9;
+  private static final int METHODID_CANCEL_RUNNING_REQUEST = 10;
+  private static final int METHODID_GET_RUNTIME_CONFIG = 11;
+  private static final int METHODID_UPDATE_RUNTIME_CONFIG = 12;
+  private static final int METHODID_DRAIN_SERVER = 13;
+  private static final int METHODID_RESUME_SERVER = 14;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1549,6 +1642,10 @@ public final class AdminServiceGrpc {
         case METHODID_GET_MEMORY_REPORT:
           serviceImpl.getMemoryReport((com.arbi.v1.GetMemoryReportRequest) request,
               (io.grpc.stub.StreamObserver<com.arbi.v1.GetMemoryReportResponse>) responseObserver);
+          break;
+        case METHODID_FLUSH_PREFIX_CACHE:
+          serviceImpl.flushPrefixCache((com.arbi.v1.FlushPrefixCacheRequest) request,
+              (io.grpc.stub.StreamObserver<com.arbi.v1.FlushPrefixCacheResponse>) responseObserver);
           break;
         case METHODID_LIST_RUNNING_REQUESTS:
           serviceImpl.listRunningRequests((com.arbi.v1.ListRunningRequestsRequest) request,
@@ -1643,6 +1740,7 @@ public final class AdminServiceGrpc {
               .addMethod(getUnloadModelMethod())
               .addMethod(getSwitchModelMethod())
               .addMethod(getGetMemoryReportMethod())
+              .addMethod(getFlushPrefixCacheMethod())
               .addMethod(getListRunningRequestsMethod())
               .addMethod(getCancelRunningRequestMethod())
               .addMethod(getGetRuntimeConfigMethod())

@@ -85,6 +85,16 @@ public final class AdminServiceProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_arbi_v1_SwitchModelResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_arbi_v1_FlushPrefixCacheRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_arbi_v1_FlushPrefixCacheRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_arbi_v1_FlushPrefixCacheResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_arbi_v1_FlushPrefixCacheResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_arbi_v1_GetMemoryReportRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -192,57 +202,64 @@ public final class AdminServiceProto {
       "l\030\001 \001(\0132\022.arbi.v1.ModelInfoR\005model\022%\n\016pr" +
       "evious_model\030\002 \001(\tR\rpreviousModel\022.\n\023end" +
       "ed_request_count\030\003 \001(\005R\021endedRequestCoun" +
-      "t\"\030\n\026GetMemoryReportRequest\"\213\003\n\027GetMemor" +
-      "yReportResponse\022$\n\016kv_block_count\030\001 \001(\005R" +
-      "\014kvBlockCount\022-\n\023kv_used_block_count\030\002 \001" +
-      "(\005R\020kvUsedBlockCount\022-\n\023kv_free_block_co" +
-      "unt\030\003 \001(\005R\020kvFreeBlockCount\022&\n\017kv_block_" +
-      "tokens\030\004 \001(\005R\rkvBlockTokens\022$\n\016kv_block_" +
-      "bytes\030\005 \001(\003R\014kvBlockBytes\022$\n\016kv_cache_by" +
-      "tes\030\006 \001(\003R\014kvCacheBytes\022\"\n\rkv_used_bytes" +
-      "\030\007 \001(\003R\013kvUsedBytes\022!\n\014weight_bytes\030\010 \001(" +
-      "\003R\013weightBytes\0221\n\025kv_cached_block_count\030" +
-      "\t \001(\005R\022kvCachedBlockCount\"\034\n\032ListRunning" +
-      "RequestsRequest\"R\n\033ListRunningRequestsRe" +
-      "sponse\0223\n\010requests\030\001 \003(\0132\027.arbi.v1.Runni" +
-      "ngRequestR\010requests\"<\n\033CancelRunningRequ" +
-      "estRequest\022\035\n\nrequest_id\030\001 \001(\tR\trequestI" +
-      "d\"\036\n\034CancelRunningRequestResponse\"\031\n\027Get" +
-      "RuntimeConfigRequest\"J\n\030GetRuntimeConfig" +
-      "Response\022.\n\006config\030\001 \001(\0132\026.arbi.v1.Runti" +
-      "meConfigR\006config\"\211\001\n\032UpdateRuntimeConfig" +
-      "Request\022.\n\006config\030\001 \001(\0132\026.arbi.v1.Runtim" +
-      "eConfigR\006config\022;\n\013update_mask\030\002 \001(\0132\032.g" +
-      "oogle.protobuf.FieldMaskR\nupdateMask\"M\n\033" +
-      "UpdateRuntimeConfigResponse\022.\n\006config\030\001 " +
-      "\001(\0132\026.arbi.v1.RuntimeConfigR\006config\"3\n\022D" +
-      "rainServerRequest\022\035\n\ntimeout_ms\030\001 \001(\003R\tt" +
-      "imeoutMs\"M\n\023DrainServerResponse\0226\n\027remai" +
-      "ning_request_count\030\001 \001(\005R\025remainingReque" +
-      "stCount\"\025\n\023ResumeServerRequest\"\026\n\024Resume" +
-      "ServerResponse2\373\014\n\014AdminService\022h\n\rGetSe" +
-      "rverInfo\022\035.arbi.v1.GetServerInfoRequest\032" +
-      "\036.arbi.v1.GetServerInfoResponse\"\030\202\323\344\223\002\022\022" +
-      "\020/v1/admin/server\022v\n\rCheckLiveness\022\035.arb" +
-      "i.v1.CheckLivenessRequest\032\036.arbi.v1.Chec" +
-      "kLivenessResponse\"&\202\323\344\223\002 \022\036/v1/admin/ser" +
-      "ver:checkLiveness\022z\n\016CheckReadiness\022\036.ar" +
-      "bi.v1.CheckReadinessRequest\032\037.arbi.v1.Ch" +
-      "eckReadinessResponse\"\'\202\323\344\223\002!\022\037/v1/admin/" +
-      "server:checkReadiness\022_\n\nListModels\022\032.ar" +
-      "bi.v1.ListModelsRequest\032\033.arbi.v1.ListMo" +
-      "delsResponse\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d" +
-      "\n\tLoadModel\022\031.arbi.v1.LoadModelRequest\032\032" +
-      ".arbi.v1.LoadModelResponse\" \202\323\344\223\002\032:\001*\"\025/" +
-      "v1/admin/models:load\022l\n\013UnloadModel\022\033.ar" +
-      "bi.v1.UnloadModelRequest\032\034.arbi.v1.Unloa" +
-      "dModelResponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/mod" +
-      "els:unload\022l\n\013SwitchModel\022\033.arbi.v1.Swit" +
-      "chModelRequest\032\034.arbi.v1.SwitchModelResp" +
-      "onse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:switch" +
-      "\022t\n\017GetMemoryReport\022\037.arbi.v1.GetMemoryR" +
-      "eportRequest\032 .arbi.v1.GetMemoryReportRe" +
-      "sponse\"\036\202\323\344\223\002\030\022\026/v1/admin/memoryReport\022|" +
+      "t\"I\n\027FlushPrefixCacheRequest\022 \n\ttenant_i" +
+      "d\030\001 \001(\tH\000R\010tenantId\210\001\001B\014\n\n_tenant_id\"J\n\030" +
+      "FlushPrefixCacheResponse\022.\n\023flushed_bloc" +
+      "k_count\030\001 \001(\005R\021flushedBlockCount\"\030\n\026GetM" +
+      "emoryReportRequest\"\213\003\n\027GetMemoryReportRe" +
+      "sponse\022$\n\016kv_block_count\030\001 \001(\005R\014kvBlockC" +
+      "ount\022-\n\023kv_used_block_count\030\002 \001(\005R\020kvUse" +
+      "dBlockCount\022-\n\023kv_free_block_count\030\003 \001(\005" +
+      "R\020kvFreeBlockCount\022&\n\017kv_block_tokens\030\004 " +
+      "\001(\005R\rkvBlockTokens\022$\n\016kv_block_bytes\030\005 \001" +
+      "(\003R\014kvBlockBytes\022$\n\016kv_cache_bytes\030\006 \001(\003" +
+      "R\014kvCacheBytes\022\"\n\rkv_used_bytes\030\007 \001(\003R\013k" +
+      "vUsedBytes\022!\n\014weight_bytes\030\010 \001(\003R\013weight" +
+      "Bytes\0221\n\025kv_cached_block_count\030\t \001(\005R\022kv" +
+      "CachedBlockCount\"\034\n\032ListRunningRequestsR" +
+      "equest\"R\n\033ListRunningRequestsResponse\0223\n" +
+      "\010requests\030\001 \003(\0132\027.arbi.v1.RunningRequest" +
+      "R\010requests\"<\n\033CancelRunningRequestReques" +
+      "t\022\035\n\nrequest_id\030\001 \001(\tR\trequestId\"\036\n\034Canc" +
+      "elRunningRequestResponse\"\031\n\027GetRuntimeCo" +
+      "nfigRequest\"J\n\030GetRuntimeConfigResponse\022" +
+      ".\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR" +
+      "\006config\"\211\001\n\032UpdateRuntimeConfigRequest\022." +
+      "\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006" +
+      "config\022;\n\013update_mask\030\002 \001(\0132\032.google.pro" +
+      "tobuf.FieldMaskR\nupdateMask\"M\n\033UpdateRun" +
+      "timeConfigResponse\022.\n\006config\030\001 \001(\0132\026.arb" +
+      "i.v1.RuntimeConfigR\006config\"3\n\022DrainServe" +
+      "rRequest\022\035\n\ntimeout_ms\030\001 \001(\003R\ttimeoutMs\"" +
+      "M\n\023DrainServerResponse\0226\n\027remaining_requ" +
+      "est_count\030\001 \001(\005R\025remainingRequestCount\"\025" +
+      "\n\023ResumeServerRequest\"\026\n\024ResumeServerRes" +
+      "ponse2\374\r\n\014AdminService\022h\n\rGetServerInfo\022" +
+      "\035.arbi.v1.GetServerInfoRequest\032\036.arbi.v1" +
+      ".GetServerInfoResponse\"\030\202\323\344\223\002\022\022\020/v1/admi" +
+      "n/server\022v\n\rCheckLiveness\022\035.arbi.v1.Chec" +
+      "kLivenessRequest\032\036.arbi.v1.CheckLiveness" +
+      "Response\"&\202\323\344\223\002 \022\036/v1/admin/server:check" +
+      "Liveness\022z\n\016CheckReadiness\022\036.arbi.v1.Che" +
+      "ckReadinessRequest\032\037.arbi.v1.CheckReadin" +
+      "essResponse\"\'\202\323\344\223\002!\022\037/v1/admin/server:ch" +
+      "eckReadiness\022_\n\nListModels\022\032.arbi.v1.Lis" +
+      "tModelsRequest\032\033.arbi.v1.ListModelsRespo" +
+      "nse\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d\n\tLoadMod" +
+      "el\022\031.arbi.v1.LoadModelRequest\032\032.arbi.v1." +
+      "LoadModelResponse\" \202\323\344\223\002\032:\001*\"\025/v1/admin/" +
+      "models:load\022l\n\013UnloadModel\022\033.arbi.v1.Unl" +
+      "oadModelRequest\032\034.arbi.v1.UnloadModelRes" +
+      "ponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:unloa" +
+      "d\022l\n\013SwitchModel\022\033.arbi.v1.SwitchModelRe" +
+      "quest\032\034.arbi.v1.SwitchModelResponse\"\"\202\323\344" +
+      "\223\002\034:\001*\"\027/v1/admin/models:switch\022t\n\017GetMe" +
+      "moryReport\022\037.arbi.v1.GetMemoryReportRequ" +
+      "est\032 .arbi.v1.GetMemoryReportResponse\"\036\202" +
+      "\323\344\223\002\030\022\026/v1/admin/memoryReport\022\177\n\020FlushPr" +
+      "efixCache\022 .arbi.v1.FlushPrefixCacheRequ" +
+      "est\032!.arbi.v1.FlushPrefixCacheResponse\"&" +
+      "\202\323\344\223\002 :\001*\"\033/v1/admin/prefixCache:flush\022|" +
       "\n\023ListRunningRequests\022#.arbi.v1.ListRunn" +
       "ingRequestsRequest\032$.arbi.v1.ListRunning" +
       "RequestsResponse\"\032\202\323\344\223\002\024\022\022/v1/admin/requ" +
@@ -358,86 +375,98 @@ public final class AdminServiceProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_SwitchModelResponse_descriptor,
         new java.lang.String[] { "Model", "PreviousModel", "EndedRequestCount", });
-    internal_static_arbi_v1_GetMemoryReportRequest_descriptor =
+    internal_static_arbi_v1_FlushPrefixCacheRequest_descriptor =
       getDescriptor().getMessageTypes().get(14);
+    internal_static_arbi_v1_FlushPrefixCacheRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_arbi_v1_FlushPrefixCacheRequest_descriptor,
+        new java.lang.String[] { "TenantId", "TenantId", });
+    internal_static_arbi_v1_FlushPrefixCacheResponse_descriptor =
+      getDescriptor().getMessageTypes().get(15);
+    internal_static_arbi_v1_FlushPrefixCacheResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_arbi_v1_FlushPrefixCacheResponse_descriptor,
+        new java.lang.String[] { "FlushedBlockCount", });
+    internal_static_arbi_v1_GetMemoryReportRequest_descriptor =
+      getDescriptor().getMessageTypes().get(16);
     internal_static_arbi_v1_GetMemoryReportRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_GetMemoryReportRequest_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_GetMemoryReportResponse_descriptor =
-      getDescriptor().getMessageTypes().get(15);
+      getDescriptor().getMessageTypes().get(17);
     internal_static_arbi_v1_GetMemoryReportResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_GetMemoryReportResponse_descriptor,
         new java.lang.String[] { "KvBlockCount", "KvUsedBlockCount", "KvFreeBlockCount", "KvBlockTokens", "KvBlockBytes", "KvCacheBytes", "KvUsedBytes", "WeightBytes", "KvCachedBlockCount", });
     internal_static_arbi_v1_ListRunningRequestsRequest_descriptor =
-      getDescriptor().getMessageTypes().get(16);
+      getDescriptor().getMessageTypes().get(18);
     internal_static_arbi_v1_ListRunningRequestsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ListRunningRequestsRequest_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_ListRunningRequestsResponse_descriptor =
-      getDescriptor().getMessageTypes().get(17);
+      getDescriptor().getMessageTypes().get(19);
     internal_static_arbi_v1_ListRunningRequestsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ListRunningRequestsResponse_descriptor,
         new java.lang.String[] { "Requests", });
     internal_static_arbi_v1_CancelRunningRequestRequest_descriptor =
-      getDescriptor().getMessageTypes().get(18);
+      getDescriptor().getMessageTypes().get(20);
     internal_static_arbi_v1_CancelRunningRequestRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_CancelRunningRequestRequest_descriptor,
         new java.lang.String[] { "RequestId", });
     internal_static_arbi_v1_CancelRunningRequestResponse_descriptor =
-      getDescriptor().getMessageTypes().get(19);
+      getDescriptor().getMessageTypes().get(21);
     internal_static_arbi_v1_CancelRunningRequestResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_CancelRunningRequestResponse_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_GetRuntimeConfigRequest_descriptor =
-      getDescriptor().getMessageTypes().get(20);
+      getDescriptor().getMessageTypes().get(22);
     internal_static_arbi_v1_GetRuntimeConfigRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_GetRuntimeConfigRequest_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_GetRuntimeConfigResponse_descriptor =
-      getDescriptor().getMessageTypes().get(21);
+      getDescriptor().getMessageTypes().get(23);
     internal_static_arbi_v1_GetRuntimeConfigResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_GetRuntimeConfigResponse_descriptor,
         new java.lang.String[] { "Config", });
     internal_static_arbi_v1_UpdateRuntimeConfigRequest_descriptor =
-      getDescriptor().getMessageTypes().get(22);
+      getDescriptor().getMessageTypes().get(24);
     internal_static_arbi_v1_UpdateRuntimeConfigRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_UpdateRuntimeConfigRequest_descriptor,
         new java.lang.String[] { "Config", "UpdateMask", });
     internal_static_arbi_v1_UpdateRuntimeConfigResponse_descriptor =
-      getDescriptor().getMessageTypes().get(23);
+      getDescriptor().getMessageTypes().get(25);
     internal_static_arbi_v1_UpdateRuntimeConfigResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_UpdateRuntimeConfigResponse_descriptor,
         new java.lang.String[] { "Config", });
     internal_static_arbi_v1_DrainServerRequest_descriptor =
-      getDescriptor().getMessageTypes().get(24);
+      getDescriptor().getMessageTypes().get(26);
     internal_static_arbi_v1_DrainServerRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_DrainServerRequest_descriptor,
         new java.lang.String[] { "TimeoutMs", });
     internal_static_arbi_v1_DrainServerResponse_descriptor =
-      getDescriptor().getMessageTypes().get(25);
+      getDescriptor().getMessageTypes().get(27);
     internal_static_arbi_v1_DrainServerResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_DrainServerResponse_descriptor,
         new java.lang.String[] { "RemainingRequestCount", });
     internal_static_arbi_v1_ResumeServerRequest_descriptor =
-      getDescriptor().getMessageTypes().get(26);
+      getDescriptor().getMessageTypes().get(28);
     internal_static_arbi_v1_ResumeServerRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ResumeServerRequest_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_ResumeServerResponse_descriptor =
-      getDescriptor().getMessageTypes().get(27);
+      getDescriptor().getMessageTypes().get(29);
     internal_static_arbi_v1_ResumeServerResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ResumeServerResponse_descriptor,

@@ -73,6 +73,12 @@ type AdminServiceClient interface {
 	// Errors:
 	// - FAILED_PRECONDITION: no model is resident.
 	GetMemoryReport(ctx context.Context, in *GetMemoryReportRequest, opts ...grpc.CallOption) (*GetMemoryReportResponse, error)
+	// FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+	// requests still use stay with them and return to the free pool when those requests end.
+	//
+	// Errors:
+	// - FAILED_PRECONDITION: no model is resident.
+	FlushPrefixCache(ctx context.Context, in *FlushPrefixCacheRequest, opts ...grpc.CallOption) (*FlushPrefixCacheResponse, error)
 	// ListRunningRequests lists the requests the engine holds, waiting and running.
 	//
 	// Errors: none of its own (an empty list when no model is resident).
@@ -183,6 +189,15 @@ func (c *adminServiceClient) SwitchModel(ctx context.Context, in *SwitchModelReq
 func (c *adminServiceClient) GetMemoryReport(ctx context.Context, in *GetMemoryReportRequest, opts ...grpc.CallOption) (*GetMemoryReportResponse, error) {
 	out := new(GetMemoryReportResponse)
 	err := c.cc.Invoke(ctx, "/arbi.v1.AdminService/GetMemoryReport", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) FlushPrefixCache(ctx context.Context, in *FlushPrefixCacheRequest, opts ...grpc.CallOption) (*FlushPrefixCacheResponse, error) {
+	out := new(FlushPrefixCacheResponse)
+	err := c.cc.Invoke(ctx, "/arbi.v1.AdminService/FlushPrefixCache", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +318,12 @@ type AdminServiceServer interface {
 	// Errors:
 	// - FAILED_PRECONDITION: no model is resident.
 	GetMemoryReport(context.Context, *GetMemoryReportRequest) (*GetMemoryReportResponse, error)
+	// FlushPrefixCache drops cached prompt prefixes, of every tenant or of one. Blocks that running
+	// requests still use stay with them and return to the free pool when those requests end.
+	//
+	// Errors:
+	// - FAILED_PRECONDITION: no model is resident.
+	FlushPrefixCache(context.Context, *FlushPrefixCacheRequest) (*FlushPrefixCacheResponse, error)
 	// ListRunningRequests lists the requests the engine holds, waiting and running.
 	//
 	// Errors: none of its own (an empty list when no model is resident).
@@ -367,6 +388,9 @@ func (UnimplementedAdminServiceServer) SwitchModel(context.Context, *SwitchModel
 }
 func (UnimplementedAdminServiceServer) GetMemoryReport(context.Context, *GetMemoryReportRequest) (*GetMemoryReportResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetMemoryReport not implemented")
+}
+func (UnimplementedAdminServiceServer) FlushPrefixCache(context.Context, *FlushPrefixCacheRequest) (*FlushPrefixCacheResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method FlushPrefixCache not implemented")
 }
 func (UnimplementedAdminServiceServer) ListRunningRequests(context.Context, *ListRunningRequestsRequest) (*ListRunningRequestsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListRunningRequests not implemented")
@@ -543,6 +567,24 @@ func _AdminService_GetMemoryReport_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_FlushPrefixCache_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FlushPrefixCacheRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).FlushPrefixCache(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/arbi.v1.AdminService/FlushPrefixCache",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).FlushPrefixCache(ctx, req.(*FlushPrefixCacheRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListRunningRequests_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRunningRequestsRequest)
 	if err := dec(in); err != nil {
@@ -686,6 +728,10 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetMemoryReport",
 			Handler:    _AdminService_GetMemoryReport_Handler,
+		},
+		{
+			MethodName: "FlushPrefixCache",
+			Handler:    _AdminService_FlushPrefixCache_Handler,
 		},
 		{
 			MethodName: "ListRunningRequests",
