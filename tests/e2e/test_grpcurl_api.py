@@ -81,7 +81,7 @@ def test_list_and_describe_through_reflection(served_smollm2) -> None:
     described = _plain(target, "describe", "arbi.v1.SessionRequest")
     assert "oneof action" in described and ".arbi.v1.StartGeneration start = 1;" in described
     described = _plain(target, "describe", "arbi.v1.AdminService")
-    switch = "rpc SwitchModel ( .arbi.v1.SwitchModelRequest ) returns ( .arbi.v1.SwitchModelResponse );"
+    switch = "rpc SwitchModel ( .arbi.v1.SwitchModelRequest ) returns ( .arbi.v1.SwitchModelResponse )"
     assert switch in described
 
 
