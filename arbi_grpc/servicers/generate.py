@@ -91,23 +91,21 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
     async def Tokenize(  # noqa: N802 (gRPC method name)
         self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.TokenizeResponse:
-        try:
-            return tokenization.tokenize(self._host.resident(request.model), request)
-        except ArbiError as error:
-            await abort_with(context, error)
+        return await self._with_resident_tokenizer(tokenization.tokenize, request, context)
 
     async def Detokenize(  # noqa: N802 (gRPC method name)
         self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.DetokenizeResponse:
-        try:
-            return tokenization.detokenize(self._host.resident(request.model), request)
-        except ArbiError as error:
-            await abort_with(context, error)
+        return await self._with_resident_tokenizer(tokenization.detokenize, request, context)
 
     async def CountTokens(  # noqa: N802 (gRPC method name)
         self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.CountTokensResponse:
+        return await self._with_resident_tokenizer(tokenization.count_tokens, request, context)
+
+    async def _with_resident_tokenizer(self, handler, request, context: grpc.aio.ServicerContext):
+        """Runs a tokenizer RPC against the model `request.model` names; engine errors become statuses."""
         try:
-            return tokenization.count_tokens(self._host.resident(request.model), request)
+            return handler(self._host.resident(request.model), request)
         except ArbiError as error:
             await abort_with(context, error)
