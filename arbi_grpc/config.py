@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from arbi_grpc.errors import InvalidArgumentError
 
 MIB = 1024 * 1024
+ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
 
 
 def setting(default, help: str):  # noqa: A002 (mirrors argparse's name)
@@ -24,7 +26,24 @@ class EngineConfig:
 
     model: str = setting("SmolLM2-135M-Instruct", "model name, Hugging Face style directory or .gguf file")
     device: str = setting("cpu", "device to run on: cpu or cuda")
-    dtype: str = setting("float32", "weights and activations dtype: float32 or bfloat16")
+    dtype: str = setting(
+        "auto", "weights and activations dtype: float32, bfloat16 or auto (float32 on cpu, bfloat16 on cuda)"
+    )
+    attention_backend: str = setting(
+        "auto", "attention implementation: torch, triton, flashinfer or auto (torch on cpu, triton on cuda)"
+    )
+    cuda_graph_max_batch: int = setting(
+        256, "largest decode batch replayed from a CUDA graph captured at boot (0 = no CUDA graphs)"
+    )
+    kv_cache_dtype: str = setting(
+        "auto", "KV cache storage: auto (the model dtype), bfloat16, float32, or tkv (the calibrated 2-8 bit codec)"
+    )
+    kv_bits: str = setting(
+        "", "TKV bits: one number for keys and values (4), K/V (4/3), or empty to take the calibration bundle's"
+    )
+    kv_calibration: str = setting(
+        "", "TKV calibration bundle directory (from `arbi-serve calibrate`); required with --kv-cache-dtype tkv"
+    )
     block_size: int = setting(16, "tokens per KV cache block")
     kv_cache_memory_mib: int = setting(1024, "memory of the KV cache pool in MiB")
     max_model_len: int = setting(0, "longest sequence served, prompt plus output (0 = the model's context)")
@@ -63,13 +82,28 @@ class EngineConfig:
             raise InvalidArgumentError("memory_limit_mib", f"must be >= 0, got {self.memory_limit_mib}")
         if self.device not in ("cpu", "cuda"):
             raise InvalidArgumentError("device", f"must be 'cpu' or 'cuda', got {self.device!r}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise InvalidArgumentError("dtype", f"must be 'float32' or 'bfloat16', got {self.dtype!r}")
-        if self.device == "cuda":
-            raise NotImplementedError(
-                "device 'cuda': the CUDA engine path (Triton attention, CUDA graphs) is not wired yet; "
-                "serve on 'cpu'"
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise InvalidArgumentError("dtype", f"must be 'auto', 'float32' or 'bfloat16', got {self.dtype!r}")
+        if self.dtype == "auto":
+            object.__setattr__(self, "dtype", "bfloat16" if self.device == "cuda" else "float32")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise InvalidArgumentError(
+                "attention_backend", f"must be one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention_backend!r}"
             )
+        if self.attention_backend == "auto":
+            object.__setattr__(self, "attention_backend", "triton" if self.device == "cuda" else "torch")
+        if self.attention_backend in ("triton", "flashinfer") and self.device != "cuda":
+            raise InvalidArgumentError(
+                "attention_backend", f"{self.attention_backend!r} runs on cuda only; on {self.device!r} use 'torch'"
+            )
+        if self.cuda_graph_max_batch < 0:
+            raise InvalidArgumentError("cuda_graph_max_batch", f"must be >= 0, got {self.cuda_graph_max_batch}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InvalidArgumentError(
+                "kv_cache_dtype", f"must be one of {', '.join(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}"
+            )
+        if self.kv_cache_dtype == "auto":
+            object.__setattr__(self, "kv_cache_dtype", self.dtype)
 
     @property
     def kv_cache_memory_bytes(self) -> int:

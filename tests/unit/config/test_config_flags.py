@@ -31,5 +31,13 @@ def test_bad_values_name_their_source() -> None:
         resolve(EngineConfig, _parse(["--block-size", "0"]), environ={})
     with pytest.raises(InvalidArgumentError, match="device"):
         EngineConfig(device="tpu")
-    with pytest.raises(NotImplementedError, match="CUDA engine path"):
-        EngineConfig(device="cuda")
+    with pytest.raises(InvalidArgumentError, match="attention_backend: 'triton' runs on cuda only"):
+        EngineConfig(device="cpu", attention_backend="triton")
+    with pytest.raises(InvalidArgumentError, match="kv_cache_dtype"):
+        EngineConfig(kv_cache_dtype="int4")
+
+
+def test_auto_settings_resolve_per_device() -> None:
+    cpu, cuda = EngineConfig(device="cpu"), EngineConfig(device="cuda")
+    assert (cpu.dtype, cpu.attention_backend, cpu.kv_cache_dtype) == ("float32", "torch", "float32")
+    assert (cuda.dtype, cuda.attention_backend, cuda.kv_cache_dtype) == ("bfloat16", "triton", "bfloat16")
