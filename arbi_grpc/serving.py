@@ -23,7 +23,7 @@ from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.attention_selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import resolve_model
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
@@ -31,8 +31,6 @@ from arbi_grpc.observability.metrics import ModelMetrics
 from arbi_grpc.text.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -66,14 +64,14 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
     kv_pool = plan_kv_pool(config, declared)
     estimate_budget(config, declared, kv_pool, limit).check_fits()
-    dtype = _DTYPES[config.dtype]
+    dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
-    model, model_config = load_model(resolved.directory, dtype=dtype, device=device)
+    model, model_config = load_model(
+        resolved.directory, dtype=dtype, device=device, attention_backend=select_attention_backend(config)
+    )
     tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
-    kv_cache = PagedKVCache.for_model(
-        model_config, num_blocks=num_blocks, block_size=config.block_size, dtype=dtype, device=device
-    )
+    kv_cache = build_kv_cache(config, model_config, num_blocks)
     budget = measure_budget(model, kv_cache, config, kv_pool, limit)
     budget.check_fits()
     metrics = ModelMetrics()
