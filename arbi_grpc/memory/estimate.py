@@ -25,10 +25,11 @@ LOGITS_BYTES = 4  # logits, log-probabilities and sampling run in float32 whatev
 # at its peak the sampler holds 13 float32 [rows, vocab] tensors plus 3 vocabulary-sized vectors.
 SAMPLER_ROW_COPIES = 13
 SAMPLER_VOCAB_VECTORS = 3
-# A decoder layer keeps the residual stream, its normalised copy and the sum being built.
-RESIDUAL_COPIES = 3
-# At its peak the SwiGLU MLP holds silu(gate), up and their product, each [tokens, intermediate].
-MLP_COPIES = 3
+# Around a fused add + norm a decoder layer holds the residual stream, the layer output added to it, their sum,
+# its normalised copy and the norm's temporaries (fitted to the profile: tests/unit/memory/test_estimate.py).
+RESIDUAL_COPIES = 6
+# The SwiGLU MLP holds the fused gate|up product ([tokens, 2 x intermediate]); silu and the product run in place.
+MLP_COPIES = 2
 
 
 def parameter_count(model: ModelConfig) -> int:
@@ -47,27 +48,43 @@ def parameter_count(model: ModelConfig) -> int:
     return embeddings + model.num_layers * layer + hidden
 
 
-def activation_bytes(model: ModelConfig, dtype: str, step: ProfileStep) -> int:
-    """Peak tensor bytes of `step`, as the boot's profile measures them."""
+def activation_bytes(
+    model: ModelConfig, dtype: str, step: ProfileStep, device: str = "cpu", attention_backend: str = "torch"
+) -> int:
+    """Peak tensor bytes of `step`, as the boot's profile measures them on `device`."""
+    if device == "cuda":
+        forward = cuda_forward_bytes(model, dtype, step.num_tokens, step.longest_prompt, attention_backend)
+    else:
+        forward = _cpu_forward_bytes(model, dtype, step)
+    return max(forward, logits_phase_bytes(model, dtype, step))
+
+
+def _cpu_forward_bytes(model: ModelConfig, dtype: str, step: ProfileStep) -> int:
     element = ELEMENT_BYTES[dtype]
     tokens, hidden = step.num_tokens, model.hidden_size
     query_width, kv_width = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     longest = step.longest_prompt
     mlp = MLP_COPIES * tokens * model.intermediate_size * element
-    # q, k, v and the attended output; one prompt's gathered K/V context and its causal masks (bool,
-    # one plus one per query group).
+    # The fused q|k|v product (alive while v, a view of it, is), rotated q and k, and the attended output;
+    # one prompt's gathered K/V context and its causal masks (bool, one plus one per query group).
     attention = (
-        2 * tokens * (query_width + kv_width) * element
+        3 * tokens * (query_width + kv_width) * element
         + 2 * longest * kv_width * element
         + longest * longest * (1 + model.num_query_groups)
     )
-    forward = RESIDUAL_COPIES * tokens * hidden * element + max(mlp, attention)
+    return RESIDUAL_COPIES * tokens * hidden * element + max(mlp, attention)
+
+
+def logits_phase_bytes(model: ModelConfig, dtype: str, step: ProfileStep) -> int:
+    """The logits of every token in float32, then the larger of their narrower copy before the cast and the
+    sampler's working set."""
+    element = ELEMENT_BYTES[dtype]
+    tokens = step.num_tokens
     logits = tokens * model.vocab_size * LOGITS_BYTES
     # Before the float32 cast the logits also exist in the model's dtype, when that is narrower.
     cast = tokens * model.vocab_size * element if element < LOGITS_BYTES else 0
     sampler = (SAMPLER_ROW_COPIES * step.num_sampled_rows + SAMPLER_VOCAB_VECTORS) * model.vocab_size * LOGITS_BYTES
-    logits_phase = 2 * tokens * hidden * element + logits + max(cast, sampler)
-    return max(forward, logits_phase)
+    return 2 * tokens * model.hidden_size * element + logits + max(cast, sampler)
 
 
 def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPlan, limit: MemoryLimit) -> MemoryBudget:

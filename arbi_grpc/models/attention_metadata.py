@@ -26,6 +26,9 @@ class AttentionMetadata:
     block_tables: Tensor  # [B, max_blocks_per_seq] int32, padded with 0 beyond a sequence's blocks
     query_lens_host: tuple[int, ...]  # [B] new tokens of each sequence this step (>= 1)
     seq_lens_host: tuple[int, ...]  # [B] same values as `seq_lens`
+    # An upper bound on seq_lens for kernels that size their launch from it; None means max(seq_lens_host).
+    # A captured CUDA graph pins it to the longest context served, since its replays see other lengths.
+    seq_len_bound: int | None = None
     # Derived. Decode sequences (exactly one new token), by increasing seq_len so that backends can batch
     # neighbours with little padding; prefill sequences (more than one new token) in batch order.
     decode_sequence_indices: Tensor = field(init=False)  # [B_decode] int64, on the metadata's device
@@ -66,6 +69,19 @@ class AttentionMetadata:
     @property
     def num_tokens(self) -> int:
         return self.slot_mapping.shape[0]
+
+    @property
+    def is_decode_only(self) -> bool:
+        """Every sequence brings exactly one new token (a pure decode step)."""
+        return len(self.decode_seq_lens_host) == self.num_sequences
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.seq_len_bound if self.seq_len_bound is not None else max(self.seq_lens_host, default=0)
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens_host, default=0)
 
     @classmethod
     def build(

@@ -28,10 +28,24 @@ class DecoderLayer(nn.Module):
         self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size)
 
     def forward(
-        self, states: Tensor, cos: Tensor, sin: Tensor, metadata: AttentionMetadata, kv_cache: PagedKVCache
-    ) -> Tensor:
-        states = states + self.self_attn(self.input_layernorm(states), cos, sin, metadata, kv_cache)
-        return states + self.mlp(self.post_attention_layernorm(states))
+        self,
+        states: Tensor,
+        residual: Tensor | None,
+        cos: Tensor,
+        sin: Tensor,
+        metadata: AttentionMetadata,
+        kv_cache: PagedKVCache,
+    ) -> tuple[Tensor, Tensor]:
+        """(this layer's MLP output, the residual stream before it): the next layer adds the two (fused into
+        its input norm), so the stream is `states + residual` between layers. The first layer has no residual.
+        """
+        if residual is None:
+            residual, normed = states, self.input_layernorm(states)
+        else:
+            normed, residual = self.input_layernorm.add_and_norm(states, residual)
+        attended = self.self_attn(normed, cos, sin, metadata, kv_cache)
+        normed, residual = self.post_attention_layernorm.add_and_norm(attended, residual)
+        return self.mlp(normed), residual
 
 
 class DecoderStack(nn.Module):
@@ -62,16 +76,28 @@ class CausalLM(nn.Module):
             None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
         self.rotary = RotaryEmbedding(config, device)
+        self.projections_fused = False
 
     def forward(
         self, input_ids: Tensor, positions: Tensor, metadata: AttentionMetadata, kv_cache: PagedKVCache
     ) -> Tensor:
         """input_ids [T], positions [T] -> normalised hidden states [T, hidden_size]; writes K/V of all T tokens."""
+        if not self.projections_fused:
+            self.fuse_projections()
         states = self.model.embed_tokens(input_ids)  # [T, hidden]
         cos, sin = self.rotary.cos_sin(positions, states.dtype)  # [T, D] each
+        residual = None
         for layer in self.model.layers:
-            states = layer(states, cos, sin, metadata, kv_cache)
-        return self.model.norm(states)
+            states, residual = layer(states, residual, cos, sin, metadata, kv_cache)
+        return self.model.norm.add_and_norm(states, residual)[0]
+
+    def fuse_projections(self) -> None:
+        """Merge q/k/v and gate/up weights into single matmuls, once the weights are in place (`load_model` does
+        it; otherwise the first forward pass does)."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
+        self.projections_fused = True
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden [N, hidden_size] -> float32 logits [N, vocab_size]."""

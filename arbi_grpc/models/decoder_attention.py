@@ -4,13 +4,14 @@ RoPE, paged attention through a pluggable backend, and the output projection.
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.layers import RMSNorm
+from arbi_grpc.models.layers import RMSNorm, fuse_linear_weights
 from arbi_grpc.models.rotary import apply_rotary
 
 
@@ -32,14 +33,25 @@ class DecoderAttention(nn.Module):
         self.o_proj = nn.Linear(query_width, config.hidden_size, bias=config.output_projection_bias)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.qkv_weight: Tensor | None = None
+        self.qkv_bias: Tensor | None = None
+
+    def fuse_projections(self) -> None:
+        """Multiply q, k and v in one matmul: their weights become views into one [(H + 2 Hkv) D, hidden] matrix."""
+        self.qkv_weight, self.qkv_bias = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(
         self, states: Tensor, cos: Tensor, sin: Tensor, metadata: AttentionMetadata, kv_cache: PagedKVCache
     ) -> Tensor:
+        if self.qkv_weight is None:
+            raise RuntimeError("DecoderAttention: call CausalLM.fuse_projections() once the weights are loaded")
         num_tokens = states.shape[0]
-        query = self.q_proj(states).view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
-        key = self.k_proj(states).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
-        value = self.v_proj(states).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        query_width = self.num_heads * self.head_dim
+        kv_width = self.num_kv_heads * self.head_dim
+        qkv = F.linear(states, self.qkv_weight, self.qkv_bias)  # [T, (H + 2 Hkv) D]
+        query = qkv[:, :query_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
+        key = qkv[:, query_width: query_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)
+        value = qkv[:, query_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         if self.q_norm is not None and self.k_norm is not None:
             query = self.q_norm(query)
             key = self.k_norm(key)

@@ -49,4 +49,5 @@ def load_model(
     )
     model.load_state_dict(tensors, strict=True, assign=True)
     model.requires_grad_(False)
+    model.fuse_projections()
     return model.eval(), config

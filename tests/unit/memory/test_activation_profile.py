@@ -33,6 +33,7 @@ def test_profile_runs_the_step_and_zeroes_the_pool() -> None:
     config = model_config()
     torch.manual_seed(0)
     model = CausalLM(config, attention_backend=TorchPagedAttention(), device="cpu").eval()
+    model.fuse_projections()
     cache = PagedKVCache.for_model(config, num_blocks=8, block_size=16, dtype=torch.float32, device="cpu")
     step = ProfileStep.worst_case(max_step_tokens=96, max_model_len=40, max_running_requests=4)
     assert step.prompt_lengths == (40, 40, 16) and step.num_sampled_rows == 4

@@ -41,6 +41,7 @@ def test_activation_estimate_tracks_the_profile(dtype: str, step_args: tuple[int
     config = model_config(**{"vocab_size": 4096, "hidden_size": 128, "intermediate_size": 384, **shape})
     torch.manual_seed(0)
     model = CausalLM(config, attention_backend=TorchPagedAttention(), device="cpu").to(getattr(torch, dtype)).eval()
+    model.fuse_projections()
     cache = PagedKVCache.for_model(config, num_blocks=40, block_size=16, dtype=getattr(torch, dtype), device="cpu")
     step = ProfileStep.worst_case(*step_args)
     measured = measure_activation_peak(model, cache, step)
