@@ -66,14 +66,18 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     estimate_budget(config, declared, kv_pool, limit).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
-    model, model_config = load_model(
-        resolved.directory, dtype=dtype, device=device, attention_backend=select_attention_backend(config)
-    )
+    backend = select_attention_backend(config)
+    model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend)
     tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
     kv_cache = build_kv_cache(config, model_config, num_blocks)
     budget = measure_budget(model, kv_cache, config, kv_pool, limit)
     budget.check_fits()
+    runner = ModelRunner(model, kv_cache, config.block_size, device)
+    graph_batch = min(config.cuda_graph_max_batch, config.max_running_requests)
+    if device.type == "cuda" and graph_batch > 0 and backend.cuda_graph_safe:
+        graph_bytes = runner.capture_decode_graphs(graph_batch, max_model_len)
+        log.info("captured CUDA graphs of decode steps up to batch %d (%.1f MiB)", graph_batch, graph_bytes / 2**20)
     metrics = ModelMetrics()
     eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
     engine = Engine(
@@ -85,7 +89,7 @@ def build_served_model(config: EngineConfig) -> ServedModel:
                 max_prefill_chunk_tokens=config.max_prefill_chunk_tokens,
             ),
         ),
-        runner=ModelRunner(model, kv_cache, config.block_size, device),
+        runner=runner,
         tokenizer=tokenizer,
         output_processor=OutputProcessor(eos_token_ids, max_model_len),
         max_waiting_requests=config.max_waiting_requests,

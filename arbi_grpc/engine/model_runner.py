@@ -1,8 +1,9 @@
 """Turns a scheduled step into one forward pass over a flattened varlen batch, then samples.
 
-Owns the model, its paged KV cache and the sampler. For every chunk it lays out input ids, positions and
-KV slots; for chunks that reach the end of their sequence it samples the next token, and for prompt
-positions of requests that asked for them it computes prompt log-probabilities.
+Owns the model, its paged KV cache, the sampler and, on CUDA, the captured decode graphs. For every chunk it
+lays out input ids, positions and KV slots; for chunks that reach the end of their sequence it samples the
+next token, and for prompt positions of requests that asked for them it computes prompt log-probabilities.
+A step where every sequence brings one token replays a CUDA graph when one was captured for its size.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from arbi_grpc.engine.cuda_graphs import DecodeBatch, DecodeGraphs
 from arbi_grpc.engine.sampler import Sampler, prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.request import TokenOutput
@@ -29,9 +31,10 @@ class StepResult:
 
 @dataclass(frozen=True)
 class _BatchLayout:
-    input_ids: torch.Tensor  # [T] int64
-    positions: torch.Tensor  # [T] int64
-    metadata: AttentionMetadata
+    input_ids: list[int]  # [T]
+    query_lens: list[int]  # [B] new tokens per chunk
+    seq_lens: list[int]  # [B] context length after the step
+    block_tables: list[list[int]]  # [B] block ids
     logit_rows: list[int]  # rows of the flat batch whose logits are needed
     sample_rows: list[tuple[ScheduledChunk, int]]  # (chunk, index into logit_rows)
     prompt_rows: list[tuple[ScheduledChunk, int, int]]  # (chunk, first index into logit_rows, count)
@@ -45,12 +48,31 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.sampler = Sampler()
+        self.decode_graphs: DecodeGraphs | None = None
+
+    def capture_decode_graphs(self, max_batch: int, max_model_len: int) -> int:
+        """Capture CUDA graphs of decode steps of up to `max_batch` sequences; returns the bytes they took."""
+        if self.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, the runner is on {self.device}")
+        graphs = DecodeGraphs(self.model, self.kv_cache, max_batch=max_batch, max_model_len=max_model_len)
+        graphs.capture()
+        self.decode_graphs = graphs
+        return graphs.pool_bytes
 
     @torch.inference_mode()
     def execute(self, step: ScheduledStep) -> StepResult:
         layout = self._lay_out(step.chunks)
-        hidden = self.model(layout.input_ids, layout.positions, layout.metadata, self.kv_cache)
-        logits = self.model.compute_logits(hidden[layout.logit_rows])  # [N, V] float32
+        if self._replays_graph(step.chunks):
+            logits = self.decode_graphs.run(self._decode_batch(layout))[layout.logit_rows]  # [N, V] float32
+        else:
+            metadata = AttentionMetadata.build(
+                query_lens=layout.query_lens, seq_lens=layout.seq_lens, block_tables=layout.block_tables,
+                block_size=self.block_size, device=self.device,
+            )
+            input_ids = torch.tensor(layout.input_ids, dtype=torch.int64, device=self.device)
+            positions = token_positions(layout.query_lens, layout.seq_lens, self.device)
+            hidden = self.model(input_ids, positions, metadata, self.kv_cache)
+            logits = self.model.compute_logits(hidden[layout.logit_rows])  # [N, V] float32
         sampled: dict[Sequence, TokenOutput] = {}
         if layout.sample_rows:
             rows = [index for _, index in layout.sample_rows]
@@ -87,18 +109,28 @@ class ModelRunner:
             if chunk.completes_sequence:
                 sample_rows.append((chunk, len(logit_rows)))
                 logit_rows.append(len(input_ids) - 1)
-        metadata = AttentionMetadata.build(
+        return _BatchLayout(
+            input_ids=input_ids,
             query_lens=[chunk.num_tokens for chunk in chunks],
             seq_lens=[chunk.start + chunk.num_tokens for chunk in chunks],
             block_tables=[chunk.sequence.block_table for chunk in chunks],
-            block_size=self.block_size,
-            device=self.device,
-        )
-        return _BatchLayout(
-            input_ids=torch.tensor(input_ids, dtype=torch.int64, device=self.device),
-            positions=token_positions(metadata.query_lens_host, metadata.seq_lens_host, self.device),
-            metadata=metadata,
             logit_rows=logit_rows,
             sample_rows=sample_rows,
             prompt_rows=prompt_rows,
+        )
+
+    def _decode_batch(self, layout: _BatchLayout) -> DecodeBatch:
+        """The one-token-per-sequence layout as a graph replay's inputs: the token sits at seq_len - 1."""
+        positions = [seq_len - 1 for seq_len in layout.seq_lens]
+        slots = [
+            table[position // self.block_size] * self.block_size + position % self.block_size
+            for table, position in zip(layout.block_tables, positions)
+        ]
+        return DecodeBatch(layout.input_ids, positions, slots, layout.seq_lens, layout.block_tables)
+
+    def _replays_graph(self, chunks: list[ScheduledChunk]) -> bool:
+        return (
+            self.decode_graphs is not None
+            and len(chunks) <= self.decode_graphs.max_batch
+            and all(chunk.num_tokens == 1 for chunk in chunks)
         )

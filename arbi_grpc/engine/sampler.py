@@ -94,25 +94,33 @@ class Sampler:
             raise ValueError(f"logits must be [len(states)={len(states)}, V], got {tuple(logits.shape)}")
         logits = logits.float()
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
-        adjusted = logits.clone()
-        apply_penalties(adjusted, states)
-        _ban_tokens_until_min_output(adjusted, states)
+        adjusted = logits
+        if any(state.params.has_penalties or state.banned_token_ids() for state in states):
+            adjusted = logits.clone()
+            apply_penalties(adjusted, states)
+            _ban_tokens_until_min_output(adjusted, states)
 
-        token_ids = torch.empty(len(states), dtype=torch.long, device=logits.device)
         greedy_rows = [row for row, state in enumerate(states) if state.params.is_greedy]
         random_rows = [row for row, state in enumerate(states) if not state.params.is_greedy]
-        if greedy_rows:
-            greedy_index = _index(greedy_rows, logits.device)
-            token_ids[greedy_index] = adjusted[greedy_index].argmax(dim=-1)
-        if random_rows:
+        if not random_rows:
+            token_ids = adjusted.argmax(dim=-1)  # [B]
+        else:
+            token_ids = torch.empty(len(states), dtype=torch.long, device=logits.device)
+            if greedy_rows:
+                greedy_index = _index(greedy_rows, logits.device)
+                token_ids[greedy_index] = adjusted[greedy_index].argmax(dim=-1)
             random_index = _index(random_rows, logits.device)
             random_states = [states[row] for row in random_rows]
             token_ids[random_index] = self._draw(adjusted[random_index], random_states)
 
         chosen_logprobs = raw_logprobs.gather(1, token_ids[:, None]).squeeze(1)  # [B]
         top_logprobs = _top_logprobs(raw_logprobs, states)
+        # One device-to-host copy per step (float64 holds every token id exactly).
+        ids_and_logprobs = torch.stack((token_ids.double(), chosen_logprobs.double())).tolist()
         return SampleResult(
-            token_ids=token_ids.tolist(), logprobs=chosen_logprobs.tolist(), top_logprobs=top_logprobs
+            token_ids=[int(token_id) for token_id in ids_and_logprobs[0]],
+            logprobs=ids_and_logprobs[1],
+            top_logprobs=top_logprobs,
         )
 
     def _draw(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:

@@ -5,7 +5,7 @@ The torch reference backend implements it; Triton kernels can replace it without
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from torch import Tensor
 
@@ -15,6 +15,10 @@ from arbi_grpc.models.kv_cache import PagedKVCache
 
 class AttentionBackend(Protocol):
     """Stores one layer's new keys/values in the cache, then attends each sequence's new queries over its context."""
+
+    # True when a decode step (every query_len 1) reads only device tensors, never host values that change
+    # from step to step, so a CUDA graph of it stays valid when replayed (see metadata.seq_len_bound).
+    cuda_graph_safe: ClassVar[bool]
 
     def forward(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ class TorchPagedAttention:
     gathers cost more than the attention itself). On a GPU one padded call per step is fastest: `for_device`.
     """
 
+    cuda_graph_safe: ClassVar[bool] = False  # plans decode groups from host-side context lengths
     max_decode_group_size: int = 16
     max_decode_group_tokens: int = 8192
 

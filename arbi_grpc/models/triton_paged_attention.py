@@ -8,6 +8,7 @@ long contexts is sized from `metadata.max_seq_len`, which a captured graph pins 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import Tensor
 
@@ -19,7 +20,7 @@ from arbi_grpc.models.kv_cache import PagedKVCache
 class TritonPagedAttention:
     """The `AttentionBackend` of the CUDA engine path (bf16 or fp32 paged cache)."""
 
-    cuda_graph_safe: bool = True
+    cuda_graph_safe: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         import arbi_kernels  # noqa: F401 (imports triton: fail at boot, not at the first request)

@@ -1,0 +1,128 @@
+"""CUDA graphs of the decode step: the model's forward pass and logits for a batch of one-token sequences,
+captured once at boot for bucketed batch sizes and replayed every decode step.
+
+A replay costs one graph launch instead of hundreds of kernel launches from Python. Inputs live in static
+device buffers that each step overwrites; a batch is padded up to the next captured size with rows that
+write nowhere (slot -1) and attend to nothing (context length 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from arbi_grpc.models.attention_metadata import AttentionMetadata
+from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.kv_cache import PagedKVCache
+
+
+def graph_batch_sizes(max_batch: int) -> tuple[int, ...]:
+    """1, 2, 4, 8, then every multiple of 8 up to `max_batch` (padding wastes at most 7 rows past 8)."""
+    sizes = [size for size in (1, 2, 4) if size < max_batch] + list(range(8, max_batch + 1, 8))
+    if not sizes or sizes[-1] != max_batch:
+        sizes.append(max_batch)
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    """Host-side inputs of one decode step: one new token per sequence."""
+
+    input_ids: list[int]
+    positions: list[int]
+    slots: list[int]
+    seq_lens: list[int]
+    block_tables: list[list[int]]
+
+
+class DecodeGraphs:
+    """Captured decode steps of `model` over `kv_cache` for every size of `graph_batch_sizes(max_batch)`."""
+
+    def __init__(self, model: CausalLM, kv_cache: PagedKVCache, *, max_batch: int, max_model_len: int) -> None:
+        if max_batch <= 0:
+            raise ValueError(f"max_batch must be > 0, got {max_batch}")
+        self.model = model
+        self.kv_cache = kv_cache
+        self.max_model_len = max_model_len
+        self.batch_sizes = graph_batch_sizes(max_batch)
+        device = kv_cache.device
+        max_blocks = -(-max_model_len // kv_cache.block_size)
+        self._input_ids = torch.zeros(max_batch, dtype=torch.int64, device=device)
+        self._positions = torch.zeros(max_batch, dtype=torch.int64, device=device)
+        self._slots = torch.full((max_batch,), -1, dtype=torch.int64, device=device)
+        self._seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
+        self._block_tables = torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
+        self._query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._logits: dict[int, Tensor] = {}
+        self.pool_bytes = 0
+
+    @property
+    def max_batch(self) -> int:
+        return self.batch_sizes[-1]
+
+    def capture(self) -> None:
+        """Capture every batch size, largest first so that the smaller graphs reuse its memory pool.
+
+        `pool_bytes` records how much the allocator's reservation grew for the graphs.
+        """
+        torch.cuda.synchronize()
+        reserved_before = torch.cuda.memory_reserved()
+        pool = None
+        with torch.inference_mode():
+            for batch_size in reversed(self.batch_sizes):
+                metadata = self._metadata(batch_size)
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):  # compile and autotune outside the capture
+                    self._forward(batch_size, metadata)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self._logits[batch_size] = self._forward(batch_size, metadata)
+                pool = graph.pool()
+                self._graphs[batch_size] = graph
+        torch.cuda.synchronize()
+        self.pool_bytes = torch.cuda.memory_reserved() - reserved_before
+
+    def run(self, batch: DecodeBatch) -> Tensor:
+        """Logits [len(batch), V] (float32) of one decode step, from the smallest captured graph that fits."""
+        num_seqs = len(batch.input_ids)
+        batch_size = next((size for size in self.batch_sizes if size >= num_seqs), None)
+        if batch_size is None or batch_size not in self._graphs:
+            raise ValueError(f"no captured decode graph holds {num_seqs} sequences (largest {self.max_batch})")
+        padding = batch_size - num_seqs
+        # Only the columns in use are refreshed: kernels read a row's blocks below its context length only.
+        width = max(len(table) for table in batch.block_tables)
+        tables = np.zeros((num_seqs, width), dtype=np.int32)
+        for row, table in enumerate(batch.block_tables):
+            tables[row, : len(table)] = table
+        self._copy(self._input_ids, [*batch.input_ids, *[0] * padding])
+        self._copy(self._positions, [*batch.positions, *[0] * padding])
+        self._copy(self._slots, [*batch.slots, *[-1] * padding])
+        self._copy(self._seq_lens, [*batch.seq_lens, *[0] * padding])
+        self._block_tables[:num_seqs, :width].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
+        self._graphs[batch_size].replay()
+        return self._logits[batch_size][:num_seqs]
+
+    def _copy(self, buffer: Tensor, values: list[int]) -> None:
+        staged = torch.tensor(values, dtype=buffer.dtype).pin_memory()
+        buffer[: len(values)].copy_(staged, non_blocking=True)
+
+    def _metadata(self, batch_size: int) -> AttentionMetadata:
+        return AttentionMetadata(
+            slot_mapping=self._slots[:batch_size],
+            query_start_loc=self._query_start_loc[: batch_size + 1],
+            seq_lens=self._seq_lens[:batch_size],
+            block_tables=self._block_tables[:batch_size],
+            query_lens_host=(1,) * batch_size,
+            seq_lens_host=(1,) * batch_size,  # placeholders: a graph's kernels read only the device tensors
+            seq_len_bound=self.max_model_len,
+        )
+
+    def _forward(self, batch_size: int, metadata: AttentionMetadata) -> Tensor:
+        hidden = self.model(self._input_ids[:batch_size], self._positions[:batch_size], metadata, self.kv_cache)
+        return self.model.compute_logits(hidden)
