@@ -1,0 +1,191 @@
+"""The paged TKV KV cache: per layer, packed key/value codes with their fp16 group scales and zeros, an fp16
+sink pool for each sequence's first tokens, and the layer's calibrated transform, all on the device.
+
+Block ids, slots (block_id * block_size + offset) and block tables are those of the bf16 `PagedKVCache`; the
+engine's block manager does not know which storage it drives. Layout and semantics: docs/tkv.md, "Engine
+integration".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
+from arbi_grpc.kv_codec.packing import packed_width
+from arbi_grpc.kv_codec.spec import GROUP_METADATA_BYTES, SINK_ELEMENT_BYTES
+
+_CODE_BYTES = 1  # uint8
+
+
+@dataclass(frozen=True, eq=False)
+class TkvLayerStorage:
+    """One layer's slice of the cache (views of the pool, not copies).
+
+    key_codes uint8 [num_blocks, block_size, Hkv, D*key_bits/8]; key_scale / key_zero fp16 [num_blocks,
+    block_size, Hkv, D/G]; value_* the same with value_bits. key_sink / value_sink fp16 [num_blocks,
+    sink_tokens, Hkv, D]: position p < sink_tokens of a sequence, stored at [its first block, p] in the code
+    space (H x - m) * s. key_channel_scale / key_shift / value_channel_scale / value_shift: fp32 [Hkv, D].
+    """
+
+    key_codes: Tensor
+    key_scale: Tensor
+    key_zero: Tensor
+    value_codes: Tensor
+    value_scale: Tensor
+    value_zero: Tensor
+    key_sink: Tensor
+    value_sink: Tensor
+    key_bits: int
+    value_bits: int
+    group_size: int
+    sink_tokens: int
+    block_size: int
+    rotate: bool
+    key_channel_scale: Tensor
+    key_shift: Tensor
+    value_channel_scale: Tensor
+    value_shift: Tensor
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.key_channel_scale.shape[0]
+
+    @property
+    def head_dim(self) -> int:
+        return self.key_channel_scale.shape[1]
+
+
+def _layer_block_bytes(
+    key_bits: int, value_bits: int, group_size: int, sink_tokens: int, block_size: int, num_kv_heads: int,
+    head_dim: int,
+) -> int:
+    """Bytes one block of one layer takes: codes, group scales and zeros of K and V, and the sink slots."""
+    codes = (packed_width(head_dim, key_bits) + packed_width(head_dim, value_bits)) * _CODE_BYTES
+    metadata = 2 * (head_dim // group_size) * GROUP_METADATA_BYTES
+    sink = sink_tokens * 2 * head_dim * SINK_ELEMENT_BYTES
+    return num_kv_heads * (block_size * (codes + metadata) + sink)
+
+
+class TkvPagedKVCache:
+    """The TKV storage of every layer for `num_blocks` blocks of `block_size` tokens, zeroed at creation.
+
+    Built from a TkvCalibration (its per-layer bits are the ones stored; `engine_calibration` applies
+    --kv-bits before). `codec(i)` is layer i's TkvLayerCodec over the same device transform tensors.
+    """
+
+    def __init__(
+        self, calibration: TkvCalibration, *, num_blocks: int, block_size: int, device: torch.device | str
+    ) -> None:
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+            if value <= 0:
+                raise InvalidArgumentError(name, f"must be > 0, got {value}")
+        if calibration.sink_tokens > block_size:
+            raise InvalidArgumentError(
+                "kv_sink_tokens",
+                f"{calibration.sink_tokens} sink tokens do not fit in a sequence's first block of {block_size} tokens",
+            )
+        self.calibration = calibration
+        self.num_layers = calibration.num_layers
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.num_kv_heads = calibration.num_kv_heads
+        self.head_dim = calibration.head_dim
+        self._layers = [self._allocate_layer(i, torch.device(device)) for i in range(self.num_layers)]
+        self._codecs = [
+            TkvLayerCodec(
+                calibration.layer_spec(i),
+                ChannelTransform(layer.key_channel_scale, layer.key_shift),
+                ChannelTransform(layer.value_channel_scale, layer.value_shift),
+                calibration.rotate,
+            )
+            for i, layer in enumerate(self._layers)
+        ]
+
+    def _allocate_layer(self, index: int, device: torch.device) -> TkvLayerStorage:
+        key_bits, value_bits = self.calibration.layer_bits[index]
+        group_size, sink_tokens = self.calibration.group_size, self.calibration.sink_tokens
+        slots = (self.num_blocks, self.block_size, self.num_kv_heads)
+        groups = (*slots, self.head_dim // group_size)
+        sink = (self.num_blocks, sink_tokens, self.num_kv_heads, self.head_dim)
+
+        def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        def transform(tensor: Tensor) -> Tensor:
+            return tensor[index].to(device=device, dtype=torch.float32).contiguous()
+
+        return TkvLayerStorage(
+            key_codes=zeros((*slots, packed_width(self.head_dim, key_bits)), torch.uint8),
+            key_scale=zeros(groups, torch.float16),
+            key_zero=zeros(groups, torch.float16),
+            value_codes=zeros((*slots, packed_width(self.head_dim, value_bits)), torch.uint8),
+            value_scale=zeros(groups, torch.float16),
+            value_zero=zeros(groups, torch.float16),
+            key_sink=zeros(sink, torch.float16),
+            value_sink=zeros(sink, torch.float16),
+            key_bits=key_bits,
+            value_bits=value_bits,
+            group_size=group_size,
+            sink_tokens=sink_tokens,
+            block_size=self.block_size,
+            rotate=self.calibration.rotate,
+            key_channel_scale=transform(self.calibration.key_scales),
+            key_shift=transform(self.calibration.key_shifts),
+            value_channel_scale=transform(self.calibration.value_scales),
+            value_shift=transform(self.calibration.value_shifts),
+        )
+
+    @staticmethod
+    def bytes_per_block_for(calibration: TkvCalibration, block_size: int) -> int:
+        """Bytes one block costs over all layers (codes, group metadata, sink slots) before allocating."""
+        return sum(
+            _layer_block_bytes(
+                key_bits, value_bits, calibration.group_size, calibration.sink_tokens, block_size,
+                calibration.num_kv_heads, calibration.head_dim,
+            )
+            for key_bits, value_bits in calibration.layer_bits
+        )
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.bytes_per_block_for(self.calibration, self.block_size)
+
+    @property
+    def device(self) -> torch.device:
+        return self._layers[0].key_codes.device
+
+    @property
+    def setting_name(self) -> str:
+        """What is stored, for people: "tkv K4V4 G32 sink1", or the average bits when layers differ."""
+        calibration = self.calibration
+        pairs = set(calibration.layer_bits)
+        if len(pairs) == 1:
+            key_bits, value_bits = next(iter(pairs))
+            bits = f"K{key_bits}V{value_bits}"
+        else:
+            bits = f"{calibration.average_bits():.2f} bits per layer-allocated K/V"
+        return f"tkv {bits} G{calibration.group_size} sink{calibration.sink_tokens}"
+
+    @property
+    def key_caches(self) -> list[Tensor]:
+        """Every per-block tensor holding keys (codes, group scales and zeros, sink), for memory accounting."""
+        return [t for layer in self._layers for t in (layer.key_codes, layer.key_scale, layer.key_zero, layer.key_sink)]
+
+    @property
+    def value_caches(self) -> list[Tensor]:
+        """Every per-block tensor holding values, as `key_caches`."""
+        return [
+            t for layer in self._layers for t in (layer.value_codes, layer.value_scale, layer.value_zero, layer.value_sink)
+        ]
+
+    def layer(self, layer_index: int) -> TkvLayerStorage:
+        return self._layers[layer_index]
+
+    def codec(self, layer_index: int) -> TkvLayerCodec:
+        """Layer `layer_index`'s codec: encodes K/V into the stored code space with this layer's bits."""
+        return self._codecs[layer_index]
