@@ -1,7 +1,8 @@
 """`arbi-serve doctor`: checks this machine for serving, without importing anything it checks for.
 
 Python, arbi-serve's dependencies (installed versions, read from package metadata), torch and CUDA (only
-if torch imports), the NVIDIA driver, the cache directory (writable, free space) and available memory.
+if torch imports), the NVIDIA driver and each GPU's memory (through NVML when `nvidia-ml-py` is installed,
+torch or not), the cache directory (writable, free space) and available memory.
 Exit status 1 when a check fails (nothing would work), else 0; warnings name what will not work.
 """
 
@@ -23,9 +24,11 @@ from arbi_grpc.commands.paths import arbi_home
 from arbi_grpc.commands.table import print_table
 from arbi_grpc.config import MIB
 from arbi_grpc.memory.limits import available_cpu_memory
+from arbi_grpc.observability.nvml import driver_version, gpu_memory, open_nvml
 
 MIN_PYTHON = (3, 11)
-MIN_FREE_DISK_BYTES = 2 * 1024 * MIB
+GIB = 1024 * MIB
+MIN_FREE_DISK_BYTES = 2 * GIB
 # (distribution, what needs it): the client needs the first two; serving needs the rest.
 DEPENDENCIES = (
     ("grpcio", "every command"),
@@ -75,7 +78,7 @@ def run_checks() -> list[Check]:
         Check("ok", "arbi-serve", f"{__version__} ({platform.platform()})"),
         *(_dependency(name, needed_by) for name, needed_by in DEPENDENCIES),
         *_torch_and_cuda(),
-        _nvidia_driver(),
+        *_nvidia_driver_and_gpus(),
         _cache_directory(),
         _memory(),
     ]
@@ -112,12 +115,21 @@ def _torch_and_cuda() -> list[Check]:
     return [*checks, Check("ok", "cuda", f"CUDA {torch.version.cuda}: {names}")]
 
 
-def _nvidia_driver() -> Check:
+def _nvidia_driver_and_gpus() -> list[Check]:
+    """The driver and every GPU with its memory from NVML; without NVML, the driver's version file only."""
+    nvml = open_nvml()
+    if nvml is not None:
+        return [Check("ok", "nvidia driver", f"{driver_version(nvml)} (NVML)"), *(
+            Check("ok", f"gpu {gpu.index}", f"{gpu.name}: {gpu.free_bytes / GIB:.1f} GiB free of "
+                                            f"{gpu.total_bytes / GIB:.1f} GiB")
+            for gpu in gpu_memory(nvml)
+        )]
     try:
         first_line = _NVIDIA_DRIVER_VERSION.read_text().splitlines()[0]
     except (OSError, IndexError):
-        return Check("ok", "nvidia driver", "none found (no GPU serving here; the CPU serves)")
-    return Check("ok", "nvidia driver", first_line.strip())
+        return [Check("ok", "nvidia driver", "none found (no GPU serving here; the CPU serves)")]
+    return [Check("ok", "nvidia driver", f"{first_line.strip()}; install nvidia-ml-py to list the GPUs and "
+                                         "their memory")]
 
 
 def _cache_directory() -> Check:
@@ -131,10 +143,10 @@ def _cache_directory() -> Check:
                                                 "set ARBI_CACHE_DIR to a writable directory")
     free = shutil.disk_usage(root).free
     status = "ok" if free >= MIN_FREE_DISK_BYTES else "warn"
-    return Check(status, "cache directory", f"{root}: writable, {free / (1024 * MIB):.1f} GiB free"
+    return Check(status, "cache directory", f"{root}: writable, {free / GIB:.1f} GiB free"
                                             + ("" if status == "ok" else "; model imports need room"))
 
 
 def _memory() -> Check:
     limit = available_cpu_memory()
-    return Check("ok", "memory", f"{limit.num_bytes / (1024 * MIB):.1f} GiB ({limit.source})")
+    return Check("ok", "memory", f"{limit.num_bytes / GIB:.1f} GiB ({limit.source})")

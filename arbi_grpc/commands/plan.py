@@ -1,5 +1,6 @@
-"""`arbi-serve plan --model M --max-context N`: the memory budget a `serve` with the same flags would need,
-estimated from the model's config.json or GGUF metadata alone (no weights are read, torch is not needed).
+"""`arbi-serve plan --model M --max-context N [--device cuda]`: the memory budget a `serve` with the same flags
+would need, estimated from the model's config.json or GGUF metadata alone (no weights are read, torch is not
+needed; a directory holding only config.json is enough), or from a real model's shape by name (`--shape`).
 Exit status 2, with the boot's message, when it would not fit.
 """
 
@@ -11,6 +12,7 @@ import json
 from arbi_grpc.commands.table import print_table
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.config_flags import add_flags, resolve
+from arbi_grpc.models.reference_shapes import REFERENCE_SHAPES
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -20,6 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-context", dest="max_model_len", type=int, default=None, metavar="N",
                         help="longest sequence to serve (same as --max-model-len)")
+    parser.add_argument("--shape", choices=sorted(REFERENCE_SHAPES), default=None,
+                        help="estimate for a real model's shape instead of --model (no file needed)")
     parser.add_argument("--json", action="store_true", help="print the budget as JSON")
     add_flags(parser, EngineConfig)
     parser.set_defaults(handler=_plan)
@@ -29,15 +33,15 @@ def _plan(args: argparse.Namespace) -> int:
     from arbi_grpc.memory.estimate import estimate_budget
     from arbi_grpc.memory.kv_pool import plan_kv_pool
     from arbi_grpc.memory.limits import memory_limit
-    from arbi_grpc.memory.model_source import read_model_source
+    from arbi_grpc.memory.model_source import read_model_source, reference_model_source
 
     config = resolve(EngineConfig, args)
-    source = read_model_source(config.model)
+    source = reference_model_source(args.shape) if args.shape else read_model_source(config.model)
     model = source.config
     kv_pool = plan_kv_pool(config, model)
     budget = estimate_budget(config, model, kv_pool, memory_limit(config))
     if args.json:
-        print(json.dumps({"model": source.name, "read_from": str(source.read_from),
+        print(json.dumps({"model": source.name, "read_from": source.read_from,
                           "max_model_len": kv_pool.max_model_len, **budget.as_dict()}, indent=2))
     else:
         print(f"{source.name}: {model.architecture}, {model.num_layers} layers, hidden {model.hidden_size}, "

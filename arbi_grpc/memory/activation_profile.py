@@ -1,11 +1,15 @@
-"""Measures the activation peak of the engine's largest step on the CPU: tensor bytes allocated during one
-step of `max_step_tokens` tokens, at their highest point.
+"""Measures the activation peak of the engine's largest step: the bytes allocated during one step of
+`max_step_tokens` tokens, at their highest point.
 
 The step is the runner's worst: fresh prompts filling the token budget, logits for every row (as when all
 of them ask for prompt log-probabilities), those log-probabilities, and the sampler's heaviest path (penalties,
-top-k, top-p, min-p, 20 top log-probabilities) over as many rows as the batch may sample. A dispatch mode
-sees every tensor an operator returns; a storage counts from the op that created it until it is freed.
-Scratch memory kernels allocate internally, and allocator overhead, are not seen.
+top-k, top-p, min-p, 20 top log-probabilities) over as many rows as the batch may sample.
+
+On the CPU a dispatch mode sees every tensor an operator returns; a storage counts from the op that created it
+until it is freed; scratch memory kernels allocate internally, and allocator overhead, are not seen. On CUDA the
+caching allocator's own peak counts (`max_memory_allocated` over the step, less what was allocated before it),
+which includes kernels' scratch allocations and the allocator's rounding; the step runs once beforehand so that
+one-time allocations (cuBLAS workspaces, kernel autotuning) are not taken for activations.
 """
 
 from __future__ import annotations
@@ -66,13 +70,32 @@ class LiveTensorPeak(TorchDispatchMode):
 
 
 def measure_activation_peak(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> int:
-    """Runs `step` once and returns its peak of live activation bytes; the KV cache is zeroed afterwards."""
-    tracker = LiveTensorPeak()
-    with torch.inference_mode(), tracker:
-        _run_step(model, kv_cache, step)
+    """Runs `step` and returns its peak of activation bytes; the KV cache is zeroed afterwards."""
+    device = kv_cache.device
+    if device.type == "cuda":
+        peak = _cuda_allocator_peak(model, kv_cache, step)
+    elif device.type == "cpu":
+        tracker = LiveTensorPeak()
+        with torch.inference_mode(), tracker:
+            _run_step(model, kv_cache, step)
+        peak = tracker.peak_bytes
+    else:
+        raise NotImplementedError(f"profiling activations on {device}: only cpu and cuda are profiled")
     for tensor in (*kv_cache.key_caches, *kv_cache.value_caches):
         tensor.zero_()  # the pool starts zeroed; the profile wrote into it
-    return tracker.peak_bytes
+    return peak
+
+
+def _cuda_allocator_peak(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> int:
+    device = kv_cache.device
+    with torch.inference_mode():
+        _run_step(model, kv_cache, step)  # warm-up: library workspaces, Triton compilation and autotuning
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        allocated_before = torch.cuda.memory_allocated(device)
+        _run_step(model, kv_cache, step)
+        torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - allocated_before
 
 
 def _run_step(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> None:

@@ -99,3 +99,18 @@ def kv_cache_component(num_bytes: int, detail: str) -> MemoryComponent:
 def activations_component(num_bytes: int, detail: str) -> MemoryComponent:
     return MemoryComponent("activations", num_bytes, detail,
                            "lower --max-step-tokens or --max-running-requests")
+
+
+def codec_scratch_component(num_bytes: int, detail: str) -> MemoryComponent:
+    return MemoryComponent("codec_scratch", num_bytes, detail,
+                           "serve without the TKV codec (--kv-cache-dtype auto) or raise --memory-limit-mib")
+
+
+def cuda_graphs_component(num_bytes: int, detail: str) -> MemoryComponent:
+    return MemoryComponent("cuda_graphs", num_bytes, detail,
+                           "lower --cuda-graph-max-batch (0 turns CUDA graphs off)")
+
+
+def allocator_overhead_component(num_bytes: int, detail: str) -> MemoryComponent:
+    return MemoryComponent("allocator_overhead", num_bytes, detail,
+                           "lower --kv-cache-memory-mib or --max-step-tokens to make room, or raise --memory-limit-mib")

@@ -8,13 +8,25 @@ attention's transients) and the logits phase (logits of every token, then the sa
 
 from __future__ import annotations
 
-from arbi_grpc.config import EngineConfig
+from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.memory.budget import (
     MemoryBudget,
     MemoryLimit,
     activations_component,
+    allocator_overhead_component,
+    codec_scratch_component,
+    cuda_graphs_component,
     kv_cache_component,
     weights_component,
+)
+from arbi_grpc.memory.cuda_estimate import (
+    CUBLAS_WORKSPACE_BYTES,
+    FUSION_FRAGMENTATION_FRACTION,
+    allocator_slack_bytes,
+    cuda_forward_bytes,
+    cuda_graph_pool_bytes,
+    decode_graph_batch_sizes,
+    graph_max_batch,
 )
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
@@ -30,6 +42,8 @@ SAMPLER_VOCAB_VECTORS = 3
 RESIDUAL_COPIES = 6
 # The SwiGLU MLP holds the fused gate|up product ([tokens, 2 x intermediate]); silu and the product run in place.
 MLP_COPIES = 2
+# TKV keeps a scale and a shift for keys and for values per layer (docs/tkv.md).
+TKV_TRANSFORMS_PER_LAYER = 4
 
 
 def parameter_count(model: ModelConfig) -> int:
@@ -91,17 +105,45 @@ def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPla
     """The budget a boot of `config` would measure, from config files only."""
     count = parameter_count(model)
     element = ELEMENT_BYTES[config.dtype]
+    weight_bytes = count * element
     step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests)
-    return MemoryBudget(
-        device=config.device,
-        method="estimated",
-        components=(
-            weights_component(count * element, f"{count:,} parameters x {element} bytes ({config.dtype})"),
-            kv_cache_component(kv_pool.num_bytes, kv_pool.detail),
-            activations_component(activation_bytes(model, config.dtype, step), step_detail(step)),
+    components = [
+        weights_component(weight_bytes, f"{count:,} parameters x {element} bytes ({config.dtype})"),
+        kv_cache_component(kv_pool.num_bytes, kv_pool.detail),
+        codec_scratch_component(codec_scratch_bytes(config, model), codec_detail(config)),
+        activations_component(
+            activation_bytes(model, config.dtype, step, config.device, config.attention_backend), step_detail(step)
         ),
-        limit=limit,
-    )
+    ]
+    if config.device == "cuda":
+        graph_batches = decode_graph_batch_sizes(graph_max_batch(config))
+        components += [
+            cuda_graphs_component(
+                cuda_graph_pool_bytes(model, config),
+                f"{len(graph_batches)} decode graphs, batches up to {graph_batches[-1]}" if graph_batches
+                else "CUDA graphs off (--cuda-graph-max-batch 0)",
+            ),
+            allocator_overhead_component(
+                allocator_slack_bytes(weight_bytes),
+                f"cuBLAS workspace {CUBLAS_WORKSPACE_BYTES // MIB} MiB + {FUSION_FRAGMENTATION_FRACTION:.0%} of the "
+                "weights (segments split by the projection fusion at load)",
+            ),
+        ]
+    return MemoryBudget(device=config.device, method="estimated", components=tuple(components), limit=limit)
+
+
+def codec_scratch_bytes(config: EngineConfig, model: ModelConfig) -> int:
+    """What the KV codec keeps outside the pool's blocks: TKV's per-layer transforms (scale and shift of keys
+    and of values, float32 [kv_heads, head_dim] each); nothing without a codec."""
+    if config.kv_cache_dtype != "tkv":
+        return 0
+    return TKV_TRANSFORMS_PER_LAYER * model.num_layers * model.num_kv_heads * model.head_dim * 4
+
+
+def codec_detail(config: EngineConfig) -> str:
+    if config.kv_cache_dtype != "tkv":
+        return f"no KV codec (KV cache in {config.kv_cache_dtype})"
+    return f"TKV per-layer transforms ({TKV_TRANSFORMS_PER_LAYER} float32 [kv_heads, head_dim] tensors per layer)"
 
 
 def step_detail(step: ProfileStep) -> str:

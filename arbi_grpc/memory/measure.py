@@ -1,14 +1,16 @@
-"""Measures the budget a booted server holds: the bytes of the tensors the engine keeps (weights, KV cache)
-plus the activation peak of its largest step, profiled once before serving.
+"""Measures the budget a booted server holds: the bytes of the tensors the engine keeps (weights, KV cache,
+codec scratch) plus the activation peak of its largest step, profiled once before serving; on CUDA also the
+CUDA graph pool and what the caching allocator reserves beyond all of these.
 
-On the CPU "reserved" means exactly these tensor bytes; allocator overhead and interpreter memory are not
-in the budget (the process's resident memory is its own gauge). CUDA's counterpart,
-torch.cuda.memory_reserved(), is not read here because the CUDA engine path is not wired.
+On the CPU "reserved" means exactly these tensor bytes; allocator overhead and interpreter memory are not in
+the budget (the process's resident memory is its own gauge). On CUDA the components add up to
+`torch.cuda.memory_reserved()` read after the profile: `allocator_overhead` is that figure less the others
+(cached free blocks, block rounding, library workspaces, anything else the process holds on the device).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -16,12 +18,16 @@ from arbi_grpc.config import EngineConfig
 from arbi_grpc.memory.activation_profile import measure_activation_peak
 from arbi_grpc.memory.budget import (
     MemoryBudget,
+    MemoryComponent,
     MemoryLimit,
     activations_component,
+    allocator_overhead_component,
+    codec_scratch_component,
+    cuda_graphs_component,
     kv_cache_component,
     weights_component,
 )
-from arbi_grpc.memory.estimate import step_detail
+from arbi_grpc.memory.estimate import codec_detail, step_detail
 from arbi_grpc.memory.kv_pool import KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.decoder import CausalLM
@@ -34,23 +40,69 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(storages.values())
 
 
-def measure_budget(model: CausalLM, kv_cache: PagedKVCache, config: EngineConfig, kv_pool: KVPoolPlan,
-                   limit: MemoryLimit) -> MemoryBudget:
-    """Counts the loaded weights and the allocated pool, then profiles the largest step."""
-    if kv_cache.device.type != "cpu":
-        raise NotImplementedError(
-            f"measuring memory on {kv_cache.device}: only the CPU is measured (the CUDA engine path is not wired)"
-        )
-    weights = tensor_bytes([*model.parameters(), *model.buffers()])
+def reserved_growth(action: Callable[[], None], device: torch.device) -> int:
+    """Bytes the CUDA caching allocator reserves for good by running `action` (e.g. capturing CUDA graphs):
+    its reserved memory after minus before, each read once cached free blocks went back to the driver, so
+    transient allocations of `action` do not count."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(device)
+    action()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device) - before
+
+
+def measure_budget(
+    model: CausalLM,
+    kv_cache: PagedKVCache,
+    config: EngineConfig,
+    kv_pool: KVPoolPlan,
+    limit: MemoryLimit,
+    *,
+    cuda_graph_bytes: int = 0,
+    codec_scratch_bytes: int = 0,
+) -> MemoryBudget:
+    """Counts the loaded weights and the allocated pool, then profiles the largest step.
+
+    `cuda_graph_bytes` is what capturing the CUDA graphs took (`reserved_growth` around the capture);
+    capture them before calling this, so the allocator's figure includes their pool.
+    `codec_scratch_bytes` is what the KV codec holds outside the pool's blocks (0 without one).
+    """
+    device = kv_cache.device
+    if device.type not in ("cpu", "cuda"):
+        raise NotImplementedError(f"measuring memory on {device}: only cpu and cuda are measured")
+    if device.type == "cpu" and cuda_graph_bytes:
+        raise ValueError(f"cuda_graph_bytes={cuda_graph_bytes} on the CPU, where no CUDA graph is captured")
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # cached free blocks of the load (e.g. weights before fusion) go back first
     num_parameters = sum(parameter.numel() for parameter in model.parameters())
     step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests)
-    return MemoryBudget(
-        device=config.device,
-        method="measured",
-        components=(
-            weights_component(weights, f"{num_parameters:,} parameters as loaded ({config.dtype})"),
-            kv_cache_component(tensor_bytes([*kv_cache.key_caches, *kv_cache.value_caches]), kv_pool.detail),
-            activations_component(measure_activation_peak(model, kv_cache, step), step_detail(step)),
-        ),
-        limit=limit,
+    components = [
+        weights_component(tensor_bytes([*model.parameters(), *model.buffers()]),
+                          f"{num_parameters:,} parameters as loaded ({config.dtype})"),
+        kv_cache_component(tensor_bytes([*kv_cache.key_caches, *kv_cache.value_caches]), kv_pool.detail),
+        codec_scratch_component(codec_scratch_bytes, codec_detail(config)),
+        activations_component(measure_activation_peak(model, kv_cache, step), step_detail(step)),
+    ]
+    if device.type == "cuda":
+        components += _cuda_components(components, cuda_graph_bytes, config, device)
+    return MemoryBudget(device=config.device, method="measured", components=tuple(components), limit=limit)
+
+
+def _cuda_components(
+    measured: list[MemoryComponent], cuda_graph_bytes: int, config: EngineConfig, device: torch.device
+) -> list[MemoryComponent]:
+    """CUDA graphs as given, and the allocator's reserved bytes beyond every other component."""
+    graphs = cuda_graphs_component(
+        cuda_graph_bytes,
+        f"decode batches up to {config.cuda_graph_max_batch}, growth of the allocator's reserved memory at capture"
+        if config.cuda_graph_max_batch else "CUDA graphs off (--cuda-graph-max-batch 0)",
     )
+    reserved = torch.cuda.memory_reserved(device)
+    overhead = reserved - sum(component.num_bytes for component in (*measured, graphs))
+    return [graphs, allocator_overhead_component(
+        overhead, f"torch.cuda.memory_reserved() = {reserved:,} bytes after the profile, less the other components "
+                  "(cached free blocks, block rounding, cuBLAS workspaces)",
+    )]
+

@@ -1,5 +1,6 @@
 """Reads a model's architecture for `plan` without loading weights or importing a GGUF into the cache:
-`config.json` of an HF-style directory (or of an earlier import in the cache), or a GGUF file's metadata.
+`config.json` of an HF-style directory (weights need not be there; an earlier import in the cache is one too),
+a GGUF file's metadata, or a real model's shape by name (`models/reference_shapes.py`).
 """
 
 from __future__ import annotations
@@ -15,32 +16,39 @@ from arbi_grpc.models.gguf_config import SpecialTokenIds, architecture_of, hf_co
 from arbi_grpc.models.gguf_file import GgufMetadata, open_gguf
 from arbi_grpc.models.gguf_tensors import OUTPUT_TENSOR, embedding_rows
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, resolve_model
+from arbi_grpc.models.reference_shapes import model_config_for_shape
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A model's name, its decoder config, and the file that config was read from."""
+    """A model's name, its decoder config, and where that config was read from (a file, or a shape's name)."""
 
     name: str
     config: ModelConfig
-    read_from: Path
+    read_from: str
 
 
 def read_model_source(spec: str) -> ModelSource:
     """The config of `spec` (a known name, an HF-style directory, a .gguf file, or a cached import's name)."""
     for embedded in EMBEDDED_MODELS:
         if embedded.name == spec:
-            return ModelSource(spec, *_gguf_config(_embedded_gguf(embedded.package, embedded.file_name, spec)))
+            gguf = _embedded_gguf(embedded.package, embedded.file_name, spec)
+            return ModelSource(spec, _gguf_config(gguf), str(gguf))
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return ModelSource(path.stem, *_gguf_config(path))
+        return ModelSource(path.stem, _gguf_config(path), str(path))
     resolved = resolve_model(spec)  # a directory or an earlier import: nothing is imported here
     config_path = resolved.directory / "config.json"
     try:
         hf = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"{config_path}: cannot read the model config ({error})") from error
-    return ModelSource(resolved.name, ModelConfig.from_hf_config(hf), config_path)
+    return ModelSource(resolved.name, ModelConfig.from_hf_config(hf), str(config_path))
+
+
+def reference_model_source(shape: str) -> ModelSource:
+    """The config of a real model's shape ("llama3-8b", "qwen3-0.6b", ...), with no file at all."""
+    return ModelSource(shape, model_config_for_shape(shape), f"reference shape {shape}")
 
 
 def _embedded_gguf(package: str, file_name: str, name: str) -> Path:
@@ -50,7 +58,7 @@ def _embedded_gguf(package: str, file_name: str, name: str) -> Path:
     return Path(next(iter(found.submodule_search_locations))) / file_name
 
 
-def _gguf_config(path: Path) -> tuple[ModelConfig, Path]:
+def _gguf_config(path: Path) -> ModelConfig:
     """The config the GGUF import would write, from the file's metadata and tensor list (no tensor data)."""
     reader = open_gguf(path)
     metadata = GgufMetadata.of(path, reader)
@@ -62,4 +70,4 @@ def _gguf_config(path: Path) -> tuple[ModelConfig, Path]:
         tie_word_embeddings=OUTPUT_TENSOR not in names,
         attention_bias=spec.gguf_name == "llama" and "blk.0.attn_q.bias" in names,
     )
-    return ModelConfig.from_hf_config(config), path
+    return ModelConfig.from_hf_config(config)

@@ -13,21 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-
-def open_nvml() -> Any | None:
-    """The initialised `pynvml` module when NVML reports at least one GPU, else None."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        if pynvml.nvmlDeviceGetCount() == 0:
-            pynvml.nvmlShutdown()
-            return None
-    except pynvml.NVMLError:
-        return None
-    return pynvml
+from arbi_grpc.observability.nvml import gpu_memory, open_nvml
 
 
 class GpuMemoryCollector(Collector):
@@ -37,18 +23,13 @@ class GpuMemoryCollector(Collector):
         self._nvml = nvml
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        nvml = self._nvml
         used = GaugeMetricFamily("arbi_gpu_memory_used_bytes", "GPU memory in use (all processes), from NVML",
                                  labels=["gpu", "name"])
         total = GaugeMetricFamily("arbi_gpu_memory_total_bytes", "GPU memory installed, from NVML",
                                   labels=["gpu", "name"])
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            name = nvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else str(name)
-            info = nvml.nvmlDeviceGetMemoryInfo(handle)
-            used.add_metric([str(index), name], float(info.used))
-            total.add_metric([str(index), name], float(info.total))
+        for gpu in gpu_memory(self._nvml):
+            used.add_metric([str(gpu.index), gpu.name], float(gpu.used_bytes))
+            total.add_metric([str(gpu.index), gpu.name], float(gpu.total_bytes))
         yield used
         yield total
 

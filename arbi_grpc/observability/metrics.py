@@ -112,8 +112,13 @@ class ModelMetrics:
         )
 
     def watch(self, engine: Engine, budget: MemoryBudget, info: dict[str, str], prefix_cache_enabled: bool) -> None:
-        """Adds the scrape-time series: the engine's state, the memory budget and `arbi_model_info`."""
+        """Adds the scrape-time series: the engine's state, the memory budget, `arbi_model_info` and, for a
+        model served on CUDA, the caching allocator's gauges."""
         self.registry.register(EngineStateCollector(engine, prefix_cache_enabled))
         self.registry.register(MemoryBudgetCollector(budget))
         self.registry.register(ModelInfoCollector(info))
+        if budget.device.startswith("cuda"):
+            from arbi_grpc.observability.cuda_allocator_metrics import CudaAllocatorCollector, cuda_allocator_reader
+
+            self.registry.register(CudaAllocatorCollector(cuda_allocator_reader(budget.device)))
 

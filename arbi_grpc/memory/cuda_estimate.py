@@ -1,0 +1,94 @@
+"""Estimates, from config files alone (no torch), the parts of a CUDA server's budget that differ from the
+CPU's: the forward pass's transients under the CUDA kernels, the CUDA graph pool, and what torch's caching
+allocator reserves beyond the tensors (its slack).
+
+Allocator facts used here (torch's CUDA caching allocator): requests up to 1 MiB are served from 2 MiB
+segments, larger ones are rounded up to 2 MiB multiples (those under 10 MiB share 20 MiB segments); cuBLAS
+gets a workspace of 32 MiB on Hopper (CUBLAS_WORKSPACE_CONFIG=:4096:8) through the allocator, once per
+stream that runs a matmul. Decode graphs (`engine/cuda_graphs.py`: forward pass and float32 logits) are
+captured into one private pool, largest batch first, so the pool holds the transients of the largest captured
+batch plus the logits every captured graph keeps.
+"""
+
+from __future__ import annotations
+
+from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.memory.kv_pool import ELEMENT_BYTES
+from arbi_grpc.models.config import ModelConfig
+
+CUBLAS_WORKSPACE_BYTES = 32 * MIB
+SMALL_SEGMENT_BYTES = 2 * MIB
+LARGE_ROUNDING_BYTES = 2 * MIB
+# The load fuses q|k|v and gate|up into new tensors and frees the parts; the next allocations split those freed
+# segments, and the split segments stay reserved after empty_cache. Assumed share of the weights, to be held
+# against tests/gpu/test_memory_budget_8b.py.
+FUSION_FRAGMENTATION_FRACTION = 0.02
+# Under the fused add + RMSNorm kernel a layer holds its input, the residual stream, their sum and its norm.
+CUDA_RESIDUAL_COPIES = 4
+# The fused gate|up product ([tokens, 2 x intermediate]) and silu_and_mul's output ([tokens, intermediate]).
+CUDA_MLP_COPIES = 3
+# Query-sized transients beside the fused q|k|v product: RoPE's rotated half, the two products and their sum
+# (and the attended output once they are gone).
+ROTARY_QUERY_COPIES = 3
+# Qwen3's per-head q/k RMSNorm runs in torch on [tokens, heads, head_dim] and holds two float32 copies of q.
+QK_NORM_FLOAT32_QUERY_COPIES = 2
+# Graph batch sizes: 1, 2, 4, then every multiple of 8 (and the largest batch itself).
+SMALL_GRAPH_BATCHES = (1, 2, 4)
+GRAPH_BATCH_STEP = 8
+LOGITS_BYTES = 4  # a graph returns float32 logits
+
+
+def cuda_forward_bytes(model: ModelConfig, dtype: str, tokens: int, longest_prompt: int, attention_backend: str) -> int:
+    """Peak transients of one forward pass over `tokens` tokens on CUDA: the residual stream plus the larger of
+    the MLP and attention. Only the torch backend gathers a prompt's K/V context and builds causal masks."""
+    element = ELEMENT_BYTES[dtype]
+    query_width, kv_width = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    mlp = CUDA_MLP_COPIES * tokens * model.intermediate_size * element
+    attention = tokens * (query_width + 2 * kv_width + ROTARY_QUERY_COPIES * query_width) * element
+    if model.qk_norm:
+        attention += QK_NORM_FLOAT32_QUERY_COPIES * tokens * query_width * 4
+    if attention_backend == "torch":
+        attention += 2 * longest_prompt * kv_width * element + longest_prompt**2 * (1 + model.num_query_groups)
+    return CUDA_RESIDUAL_COPIES * tokens * model.hidden_size * element + max(mlp, attention)
+
+
+def decode_graph_batch_sizes(max_batch: int) -> tuple[int, ...]:
+    """The decode batch sizes captured as CUDA graphs for a largest batch of `max_batch` (0: none)."""
+    if max_batch <= 0:
+        return ()
+    sizes = [size for size in SMALL_GRAPH_BATCHES if size < max_batch]
+    sizes += range(GRAPH_BATCH_STEP, max_batch + 1, GRAPH_BATCH_STEP)
+    if not sizes or sizes[-1] != max_batch:
+        sizes.append(max_batch)
+    return tuple(sizes)
+
+
+def graph_max_batch(config: EngineConfig) -> int:
+    """The largest captured decode batch: no graph is needed beyond the running batch limit."""
+    return min(config.cuda_graph_max_batch, config.max_running_requests)
+
+
+def cuda_graph_pool_bytes(model: ModelConfig, config: EngineConfig) -> int:
+    """What capturing the decode graphs reserves: the logits every graph keeps, the largest batch's transients
+    (the larger of its forward pass and its logits in the model's dtype before the cast) and a cuBLAS
+    workspace for the capture stream."""
+    sizes = decode_graph_batch_sizes(graph_max_batch(config))
+    if not sizes:
+        return 0
+    largest = sizes[-1]
+    element = ELEMENT_BYTES[config.dtype]
+    kept_logits = sum(sizes) * model.vocab_size * LOGITS_BYTES
+    forward = cuda_forward_bytes(model, config.dtype, largest, 1, config.attention_backend)
+    narrow_logits = largest * (model.vocab_size + model.hidden_size) * element if element < LOGITS_BYTES else 0
+    pool = _round_up(kept_logits + max(forward, narrow_logits), LARGE_ROUNDING_BYTES) + SMALL_SEGMENT_BYTES
+    return pool + CUBLAS_WORKSPACE_BYTES
+
+
+def allocator_slack_bytes(weight_bytes: int) -> int:
+    """Reserved beyond the components: the main stream's cuBLAS workspace and the segments left split by the
+    load's projection fusion."""
+    return CUBLAS_WORKSPACE_BYTES + int(FUSION_FRAGMENTATION_FRACTION * weight_bytes)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple

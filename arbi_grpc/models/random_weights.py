@@ -1,0 +1,58 @@
+"""Random-weight models of real shapes, built directly on the device without a checkpoint: for benchmarks
+and GPU tests of speed and memory, never for output quality.
+
+Weights are drawn like a freshly initialised HF model (`initializer_range` 0.02: linear and embedding
+weights N(0, 0.02^2), biases 0, norm weights 1), so activations have a realistic scale. The tensors are
+allocated one per checkpoint tensor, in checkpoint order, then the projections are fused, exactly as
+`load_model` does, so the device allocator sees the same allocation pattern as a real load.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from arbi_grpc.models.attention_backend import AttentionBackend
+from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.reference_shapes import model_config_for_shape
+from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
+
+__all__ = ["INITIALIZER_STD", "model_config_for_shape", "random_causal_lm"]
+
+INITIALIZER_STD = 0.02  # HF's initializer_range for Llama, Qwen2 and Qwen3
+
+
+def random_causal_lm(
+    model_config: ModelConfig,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    seed: int,
+    attention_backend: AttentionBackend | None = None,
+) -> CausalLM:
+    """A CausalLM of `model_config` in `dtype` on `device` with seeded random weights (eval, no grad).
+
+    Without `attention_backend`, the torch reference backend tuned for `device` runs attention.
+    """
+    device = torch.device(device)
+    backend = attention_backend or TorchPagedAttention.for_device(device)
+    with torch.device("meta"):  # shapes only; every tensor is allocated below, on `device`
+        model = CausalLM(model_config, attention_backend=backend, device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    tensors = {
+        name: _random_tensor(name, tuple(meta.shape), dtype, device, generator)
+        for name, meta in model.state_dict().items()
+    }
+    model.load_state_dict(tensors, strict=True, assign=True)
+    model.requires_grad_(False)
+    model.fuse_projections()
+    return model.eval()
+
+
+def _random_tensor(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, generator: torch.Generator
+) -> torch.Tensor:
+    if name.endswith("norm.weight"):  # input/post-attention/final norms and Qwen3's q/k norms
+        return torch.ones(shape, dtype=dtype, device=device)
+    if name.endswith(".bias"):
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device).normal_(0.0, INITIALIZER_STD, generator=generator)
