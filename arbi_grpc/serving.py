@@ -9,24 +9,29 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from arbi_grpc.config import EngineConfig
+from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.input_processor import InputProcessor
 from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
+from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget
 from arbi_grpc.models.checkpoint_reader import read_hf_config
+from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.attention_selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import resolve_model
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
+from arbi_grpc.observability.engine_observer import EngineObserver
 from arbi_grpc.observability.metrics import ModelMetrics
 from arbi_grpc.text.tokenizer import TextTokenizer
 
@@ -62,7 +67,8 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     limit = memory_limit(config)  # read before this process allocates anything
     resolved = resolve_model(config.model)
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
-    kv_pool = plan_kv_pool(config, declared)
+    tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
+    kv_pool = plan_kv_pool(config, declared, tkv_calibration)
     estimate_budget(config, declared, kv_pool, limit).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
@@ -70,31 +76,12 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend)
     tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
-    kv_cache = build_kv_cache(config, model_config, num_blocks)
+    kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)
     budget = measure_budget(model, kv_cache, config, kv_pool, limit)
     budget.check_fits()
-    runner = ModelRunner(model, kv_cache, config.block_size, device)
-    graph_batch = min(config.cuda_graph_max_batch, config.max_running_requests)
-    if device.type == "cuda" and graph_batch > 0 and backend.cuda_graph_safe:
-        graph_bytes = runner.capture_decode_graphs(graph_batch, max_model_len)
-        log.info("captured CUDA graphs of decode steps up to batch %d (%.1f MiB)", graph_batch, graph_bytes / 2**20)
     metrics = ModelMetrics()
-    eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
-    engine = Engine(
-        scheduler=Scheduler(
-            KVCacheManager(num_blocks, config.block_size, config.enable_prefix_cache),
-            SchedulerLimits(
-                max_running=config.max_running_requests,
-                max_step_tokens=config.max_step_tokens,
-                max_prefill_chunk_tokens=config.max_prefill_chunk_tokens,
-            ),
-        ),
-        runner=runner,
-        tokenizer=tokenizer,
-        output_processor=OutputProcessor(eos_token_ids, max_model_len),
-        max_waiting_requests=config.max_waiting_requests,
-        observer=EngineMetricsObserver(metrics),
-    )
+    engine = assemble_engine(model, model_config, kv_cache, tokenizer, config, max_model_len, backend,
+                             EngineMetricsObserver(metrics))
     metrics.watch(engine, budget, {"model": resolved.name, "architecture": model_config.architecture,
                                    "dtype": config.dtype, "device": config.device}, config.enable_prefix_cache)
     engine.start()
@@ -116,4 +103,39 @@ def build_served_model(config: EngineConfig) -> ServedModel:
         kv_block_bytes=bytes_per_block,
         memory_budget=budget,
         metrics=metrics,
+    )
+
+
+def assemble_engine(
+    model: CausalLM,
+    model_config: ModelConfig,
+    kv_cache: PagedKVCache,
+    tokenizer: TextTokenizer,
+    config: EngineConfig,
+    max_model_len: int,
+    backend: AttentionBackend,
+    observer: EngineObserver | None = None,
+) -> Engine:
+    """Wires scheduler, model runner (capturing its CUDA graphs when the backend allows) and output processing
+    around a loaded model and its KV cache; the engine thread is not started."""
+    runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device)
+    graph_batch = min(config.cuda_graph_max_batch, config.max_running_requests)
+    if kv_cache.device.type == "cuda" and graph_batch > 0 and backend.cuda_graph_safe:
+        graph_bytes = runner.capture_decode_graphs(graph_batch, max_model_len)
+        log.info("captured CUDA graphs of decode steps up to batch %d (%.1f MiB)", graph_batch, graph_bytes / MIB)
+    eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
+    return Engine(
+        scheduler=Scheduler(
+            KVCacheManager(kv_cache.num_blocks, config.block_size, config.enable_prefix_cache),
+            SchedulerLimits(
+                max_running=config.max_running_requests,
+                max_step_tokens=config.max_step_tokens,
+                max_prefill_chunk_tokens=config.max_prefill_chunk_tokens,
+            ),
+        ),
+        runner=runner,
+        tokenizer=tokenizer,
+        output_processor=OutputProcessor(eos_token_ids, max_model_len),
+        max_waiting_requests=config.max_waiting_requests,
+        observer=observer,
     )

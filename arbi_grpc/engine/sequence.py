@@ -72,9 +72,13 @@ class Sequence:
 
     @property
     def cache_namespace(self) -> str | None:
-        """The prefix-cache namespace, or None when this request opted out of the cache."""
+        """The prefix-cache namespace, or None when this request stays out of the cache: it opted out, or it
+        wants prompt log-probabilities, which need the logits of every prompt position (a cached prefix has none).
+        """
         scheduling = self.request.scheduling
-        return scheduling.tenant if scheduling.use_prefix_cache else None
+        if not scheduling.use_prefix_cache or self.request.sampling.prompt_logprobs:
+            return None
+        return scheduling.tenant
 
     @property
     def wants_prompt_logprobs(self) -> bool:

@@ -1,0 +1,243 @@
+"""GPU benchmark: arbi-serve against HF transformers `generate()` and the memory-bandwidth floor, side by side
+in one run on the same random-weight bf16 models, prompts and lengths.
+
+Per model shape it measures, for each batch size B (B requests of `--prompt-len` random tokens, `--new-tokens`
+greedy tokens each, EOS ignored):
+- arbi-serve's engine (Triton attention, CUDA graphs; driven in-process without a server): output tokens/s
+  over the whole run (prefill included, as HF's number is) and the decode-only rate (tokens after the first);
+- HF `generate()` with a static cache (which transformers compiles), its fastest configuration; at large
+  batches its eager dynamic cache too when asked;
+- the floor: one decode step must read every weight and the batch's KV context once, at the copy bandwidth
+  measured in the same run.
+It also measures the time to first token of one `--ttft-prompt-len`-token prompt. Prints a table and writes
+JSON. Run on a GPU machine: `python -m arbi_grpc.benchmarks.gpu_decode --out build/gpu_decode.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+
+from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.offline import generate
+from arbi_grpc.engine.request import GenerationRequest
+from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
+from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.random_weights import random_causal_lm
+from arbi_grpc.models.reference_shapes import model_config_for_shape, reference_hf_config
+from arbi_grpc.serving import assemble_engine
+from arbi_grpc.text.tokenizer import SpecialTokenFacts, TextTokenizer
+
+
+@dataclass(frozen=True)
+class Row:
+    shape: str
+    system: str
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    output_tokens_per_s: float
+    decode_tokens_per_s: float | None  # tokens after each request's first, per second of decoding
+    floor_tokens_per_s: float  # decode at the bandwidth floor
+
+
+def synthetic_tokenizer(vocab_size: int) -> TextTokenizer:
+    """A word-level tokenizer whose ids are `t0 .. t{V-1}`: lets the engine detokenize a random model's output."""
+    backend = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    facts = SpecialTokenFacts(None, None, None, frozenset(), frozenset(), False, None)
+    return TextTokenizer(backend, facts)
+
+
+def copy_bandwidth(device: torch.device, num_bytes: int = 4 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + write counted), best of 5."""
+    source = torch.empty(num_bytes, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    del source, target
+    return 2 * num_bytes / best
+
+
+def decode_floor_tokens_per_s(config: ModelConfig, weight_bytes: int, batch: int, context: int,
+                              bandwidth: float) -> float:
+    """Tokens/s if a decode step only read the weights and the batch's bf16 KV context once."""
+    kv_bytes = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2 * context * batch
+    return batch / ((weight_bytes + kv_bytes) / bandwidth)
+
+
+def random_prompts(count: int, length: int, vocab_size: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (count, length), generator=generator).tolist()
+
+
+def requests_for(prompts: list[list[int]], new_tokens: int, tag: str) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            request_id=f"{tag}-{index}",
+            prompt_token_ids=tuple(prompt),
+            sampling=SamplingParams(temperature=0.0),
+            stopping=StoppingParams(max_output_tokens=new_tokens, ignore_eos=True),
+        )
+        for index, prompt in enumerate(prompts)
+    ]
+
+
+def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidth: float) -> tuple[list[Row], float]:
+    """Rows for every batch size and the TTFT of one long prompt (seconds)."""
+    max_batch = max(args.batches)
+    engine_config = EngineConfig(
+        device="cuda",
+        kv_cache_memory_mib=args.kv_cache_mib,
+        max_model_len=max(args.prompt_len + args.new_tokens, args.ttft_prompt_len + 1),
+        max_running_requests=max_batch,
+        max_step_tokens=max(args.ttft_prompt_len, max_batch),
+        max_prefill_chunk_tokens=args.ttft_prompt_len,
+        enable_prefix_cache=False,
+        cuda_graph_max_batch=max_batch,
+    )
+    backend = select_attention_backend(engine_config)
+    model = random_causal_lm(config, torch.bfloat16, "cuda", seed=0, attention_backend=backend)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    num_blocks = engine_config.kv_cache_memory_bytes // (
+        2 * config.num_layers * engine_config.block_size * config.num_kv_heads * config.head_dim * 2
+    )
+    kv_cache = build_kv_cache(engine_config, config, num_blocks)
+    engine = assemble_engine(model, config, kv_cache, synthetic_tokenizer(config.vocab_size), engine_config,
+                             engine_config.max_model_len, backend)
+    engine.start()
+    try:
+        generate(engine, requests_for(random_prompts(2, args.prompt_len, config.vocab_size, 1), 8, "warm"))
+        rows = []
+        for batch in args.batches:
+            prompts = random_prompts(batch, args.prompt_len, config.vocab_size, seed=batch)
+            started = time.monotonic()
+            done = generate(engine, requests_for(prompts, args.new_tokens, f"b{batch}"))
+            elapsed = time.monotonic() - started
+            decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
+            rows.append(Row(
+                shape, "arbi-serve", batch, args.prompt_len, args.new_tokens,
+                output_tokens_per_s=batch * args.new_tokens / elapsed,
+                decode_tokens_per_s=batch * (args.new_tokens - 1) / decode_span,
+                floor_tokens_per_s=decode_floor_tokens_per_s(
+                    config, weight_bytes, batch, args.prompt_len + args.new_tokens // 2, bandwidth),
+            ))
+            print(rows[-1], flush=True)
+        ttft_prompt = random_prompts(1, args.ttft_prompt_len, config.vocab_size, seed=7)
+        generate(engine, requests_for(ttft_prompt, 1, "ttft-warm"))
+        ttfts = [generate(engine, requests_for(ttft_prompt, 1, f"ttft{i}"))[0].time_to_first_token_s
+                 for i in range(5)]
+        return rows, min(ttfts)
+    finally:
+        engine.shutdown()
+        del engine, model, kv_cache
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def bench_hf(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidth: float) -> list[Row]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.for_model(_model_type(shape), **reference_hf_config(shape))
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(hf_config, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+    model.eval()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    rows = []
+    for batch in args.batches:
+        for cache in args.hf_caches:
+            prompts = torch.tensor(random_prompts(batch, args.prompt_len, config.vocab_size, seed=batch), device="cuda")
+            kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+                          attention_mask=torch.ones_like(prompts), pad_token_id=0)
+            if cache == "static":
+                kwargs["cache_implementation"] = "static"
+            try:
+                for _ in range(2):  # the first run compiles (static cache)
+                    model.generate(prompts, **kwargs)
+                torch.cuda.synchronize()
+                started = time.monotonic()
+                output = model.generate(prompts, **kwargs)
+                torch.cuda.synchronize()
+                elapsed = time.monotonic() - started
+            except Exception as error:  # a configuration HF cannot run is reported, not fatal to the table
+                print(f"HF {shape} batch {batch} {cache}: failed: {type(error).__name__}: {error}", flush=True)
+                continue
+            produced = output.shape[1] - args.prompt_len
+            rows.append(Row(
+                shape, f"hf-{cache}", batch, args.prompt_len, produced,
+                output_tokens_per_s=batch * produced / elapsed, decode_tokens_per_s=None,
+                floor_tokens_per_s=decode_floor_tokens_per_s(
+                    config, weight_bytes, batch, args.prompt_len + args.new_tokens // 2, bandwidth),
+            ))
+            print(rows[-1], flush=True)
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return rows
+
+
+def _model_type(shape: str) -> str:
+    architecture = reference_hf_config(shape)["architectures"][0]
+    return {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[architecture]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default="llama3-8b,qwen3-0.6b")
+    parser.add_argument("--batches", default="1,32,128", type=lambda text: [int(b) for b in text.split(",")])
+    parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--ttft-prompt-len", type=int, default=2048)
+    parser.add_argument("--kv-cache-mib", type=int, default=24576)
+    parser.add_argument("--hf-caches", default="static", type=lambda text: [c for c in text.split(",") if c])
+    parser.add_argument("--out", type=Path, default=Path("build/gpu_decode.json"))
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    bandwidth = copy_bandwidth(device)
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
+    rows: list[Row] = []
+    ttft: dict[str, float] = {}
+    for shape in args.shapes.split(","):
+        config = model_config_for_shape(shape)
+        arbi_rows, ttft[shape] = bench_arbi(shape, config, args, bandwidth)
+        print(f"{shape}: time to first token of {args.ttft_prompt_len} tokens: {ttft[shape] * 1e3:.1f} ms", flush=True)
+        rows += arbi_rows + bench_hf(shape, config, args, bandwidth)
+    print(f"\n{'shape':<12} {'system':<12} {'batch':>5} {'out tok/s':>10} {'decode tok/s':>12} "
+          f"{'floor tok/s':>11} {'of floor':>8}")
+    for row in rows:
+        rate = row.decode_tokens_per_s or row.output_tokens_per_s
+        decode = f"{row.decode_tokens_per_s:12.0f}" if row.decode_tokens_per_s else f"{'':>12}"
+        print(f"{row.shape:<12} {row.system:<12} {row.batch:>5} {row.output_tokens_per_s:10.0f} {decode} "
+              f"{row.floor_tokens_per_s:11.0f} {rate / row.floor_tokens_per_s:8.2f}")
+    for shape, seconds in ttft.items():
+        print(f"{shape}: TTFT {args.ttft_prompt_len}-token prompt {seconds * 1e3:.1f} ms")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": "python -m arbi_grpc.benchmarks.gpu_decode " + " ".join(
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "out"),
+        "date": date.today().isoformat(), "machine": torch.cuda.get_device_name(device),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "copy_bandwidth_bytes_per_s": bandwidth, "rows": [asdict(row) for row in rows],
+        "ttft_s": ttft,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
