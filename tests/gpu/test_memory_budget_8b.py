@@ -18,11 +18,11 @@ from prometheus_client import CollectorRegistry
 
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.memory.budget import MemoryBudget
+from arbi_grpc.memory.cuda_estimate import graph_max_batch
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
-from arbi_grpc.memory.measure import measure_budget, reserved_growth
-from arbi_grpc.memory.cuda_estimate import graph_max_batch
+from arbi_grpc.memory.measure import measure_budget, with_cuda_graphs
 from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
 from arbi_grpc.models.random_weights import model_config_for_shape, random_causal_lm
 from arbi_grpc.observability.collectors import MemoryBudgetCollector
@@ -64,20 +64,21 @@ def test_plan_matches_the_measured_budget(shape: str, graphs: bool, step: dict[s
     model = random_causal_lm(model_config, torch.bfloat16, "cuda", seed=0,
                              attention_backend=select_attention_backend(config))
     kv_cache = build_kv_cache(config, model_config, kv_pool.num_blocks)
-    graph_bytes = 0
+    measured = measure_budget(model, kv_cache, config, kv_pool, limit)  # the boot's order: profile, then capture
     if graphs:
         from arbi_grpc.engine.cuda_graphs import DecodeGraphs
 
         decode_graphs = DecodeGraphs(model, kv_cache, max_batch=graph_max_batch(config),
                                      max_model_len=kv_pool.max_model_len)
-        graph_bytes = reserved_growth(decode_graphs.capture, kv_cache.device)
-    measured = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes)
+        decode_graphs.capture()
+        measured = with_cuda_graphs(measured, decode_graphs.pool_bytes, config)
     reserved = torch.cuda.memory_reserved()
     print(_comparison(shape, estimated, measured))
 
     gauges = _gauges(measured)
     assert sum(gauges[c.name] for c in measured.components) == reserved == gauges["reserved"]
     assert measured.component("allocator_overhead").num_bytes >= 0
+    assert (measured.component("cuda_graphs").num_bytes > 0) is graphs
     for exact in ("weights", "kv_cache"):
         assert estimated.component(exact).num_bytes == measured.component(exact).num_bytes, exact
     assert abs(estimated.total_bytes - measured.total_bytes) <= 0.10 * measured.total_bytes
