@@ -10,7 +10,7 @@ the budget (the process's resident memory is its own gauge). On CUDA the compone
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -41,6 +41,19 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(storages.values())
 
 
+def reserved_growth(action: Callable[[], None], device: torch.device) -> int:
+    """Bytes the CUDA caching allocator keeps reserved for good after `action` (capturing the CUDA graphs): its
+    reserved memory after less before, each read once the cached free blocks went back to the driver, so
+    `action`'s transient allocations do not count (capturing a graph empties the cache anyway)."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(device)
+    action()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device) - before
+
+
 def measure_budget(
     model: CausalLM,
     kv_cache: PagedKVCache,
@@ -48,16 +61,21 @@ def measure_budget(
     kv_pool: KVPoolPlan,
     limit: MemoryLimit,
     *,
+    cuda_graph_bytes: int = 0,
     codec_scratch_bytes: int = 0,
 ) -> MemoryBudget:
     """Counts the loaded weights and the allocated pool, then profiles the largest step.
 
-    `codec_scratch_bytes` is what the KV codec holds outside the pool's blocks (0 without one). On CUDA the
-    budget ends with `cuda_graphs` (0: capture them afterwards, then `with_cuda_graphs`) and `allocator_overhead`.
+    On CUDA, capture the graphs first and pass `cuda_graph_bytes = reserved_growth(capture, device)`: capturing
+    a graph empties the allocator's cache (torch.cuda.graph does), which would release the profile's cached
+    blocks if it came after. `codec_scratch_bytes` is what the KV codec holds outside the pool's blocks (0
+    without one).
     """
     device = kv_cache.device
     if device.type not in ("cpu", "cuda"):
         raise NotImplementedError(f"measuring memory on {device}: only cpu and cuda are measured")
+    if device.type == "cpu" and cuda_graph_bytes:
+        raise ValueError(f"cuda_graph_bytes={cuda_graph_bytes} on the CPU, where no CUDA graph is captured")
     if device.type == "cuda":
         torch.cuda.empty_cache()  # cached free blocks of the load (e.g. weights before fusion) go back first
     num_parameters = sum(parameter.numel() for parameter in model.parameters())
@@ -70,19 +88,8 @@ def measure_budget(
         activations_component(measure_activation_peak(model, kv_cache, step), step_detail(step)),
     ]
     if device.type == "cuda":
-        components += _cuda_components(components, 0, config, device)
+        components += _cuda_components(components, cuda_graph_bytes, config, device)
     return MemoryBudget(device=config.device, method="measured", components=tuple(components), limit=limit)
-
-
-def with_cuda_graphs(budget: MemoryBudget, cuda_graph_bytes: int, config: EngineConfig) -> MemoryBudget:
-    """A measured CUDA budget once the CUDA graphs were captured after it: `cuda_graphs` set to what the capture
-    took (the growth of `torch.cuda.memory_reserved()` across it, with no `empty_cache` in between, so the
-    profile's cached blocks stay reserved), `allocator_overhead` read again so the sum stays `memory_reserved()`."""
-    if budget.method != "measured" or not budget.device.startswith("cuda"):
-        raise ValueError(f"CUDA graphs belong to a measured CUDA budget, not a {budget.method} {budget.device} one")
-    kept = [c for c in budget.components if c.name not in ("cuda_graphs", "allocator_overhead")]
-    components = kept + _cuda_components(kept, cuda_graph_bytes, config, torch.device(budget.device))
-    return MemoryBudget(device=budget.device, method="measured", components=tuple(components), limit=budget.limit)
 
 
 def _cuda_components(
@@ -91,12 +98,12 @@ def _cuda_components(
     """CUDA graphs as given, and the allocator's reserved bytes beyond every other component."""
     graphs = cuda_graphs_component(
         cuda_graph_bytes,
-        f"decode batches up to {graph_max_batch(config)}, growth of the allocator's reserved memory at capture"
+        f"decode batches up to {graph_max_batch(config)}: the allocator's reserved memory grew this much at capture"
         if cuda_graph_bytes else "no CUDA graph captured",
     )
     reserved = torch.cuda.memory_reserved(device)
     overhead = reserved - sum(component.num_bytes for component in (*measured, graphs))
     return [graphs, allocator_overhead_component(
-        overhead, f"torch.cuda.memory_reserved() = {reserved:,} bytes, less the other components "
-                  "(cached free blocks, block rounding, cuBLAS workspaces)",
+        overhead, f"torch.cuda.memory_reserved() = {reserved:,} bytes after the profile, less the other "
+                  "components (cached free blocks, block rounding, cuBLAS workspaces)",
     )]

@@ -2,7 +2,7 @@
 `plan`'s estimate is within 10% of the measured total (weights and KV cache exactly), and the measured
 components, as exported by the budget gauges, add up to what torch's caching allocator reserved.
 
-Run this file in its own process (other tests' cached blocks would land in `allocator_overhead`); `-s` prints
+Run this file in its own process (other tests' live tensors would land in `allocator_overhead`); `-s` prints
 each case's components, estimated against measured.
 """
 
@@ -22,7 +22,7 @@ from arbi_grpc.memory.cuda_estimate import graph_max_batch
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
-from arbi_grpc.memory.measure import measure_budget, with_cuda_graphs
+from arbi_grpc.memory.measure import measure_budget, reserved_growth
 from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
 from arbi_grpc.models.random_weights import model_config_for_shape, random_causal_lm
 from arbi_grpc.observability.collectors import MemoryBudgetCollector
@@ -52,30 +52,11 @@ def clean_device() -> Iterator[None]:
 def test_plan_matches_the_measured_budget(shape: str, graphs: bool, step: dict[str, int], clean_device) -> None:
     if graphs and not GRAPH_RUNNER_EXISTS:
         pytest.skip("arbi_grpc/engine/cuda_graphs.py is not there yet")
-    assert torch.cuda.memory_allocated() == 0, "run this file in its own process: tensors of other tests are alive"
     config = EngineConfig(model=shape, device="cuda", max_model_len=8192, kv_cache_memory_mib=4096,
                           cuda_graph_max_batch=256 if graphs else 0, **step)
-    model_config = model_config_for_shape(shape)
-    limit = memory_limit(config)
-    kv_pool = plan_kv_pool(config, model_config)
-    estimated = estimate_budget(config, model_config, kv_pool, limit)
-    estimated.check_fits()
-
-    model = random_causal_lm(model_config, torch.bfloat16, "cuda", seed=0,
-                             attention_backend=select_attention_backend(config))
-    kv_cache = build_kv_cache(config, model_config, kv_pool.num_blocks)
-    measured = measure_budget(model, kv_cache, config, kv_pool, limit)  # the boot's order: profile, then capture
-    if graphs:
-        from arbi_grpc.engine.cuda_graphs import DecodeGraphs
-
-        decode_graphs = DecodeGraphs(model, kv_cache, max_batch=graph_max_batch(config),
-                                     max_model_len=kv_pool.max_model_len)
-        decode_graphs.capture()
-        measured = with_cuda_graphs(measured, decode_graphs.pool_bytes, config)
-    reserved = torch.cuda.memory_reserved()
+    estimated, measured, reserved, gauges = _boot(shape, config)
     print(_comparison(shape, estimated, measured))
 
-    gauges = _gauges(measured)
     assert sum(gauges[c.name] for c in measured.components) == reserved == gauges["reserved"]
     assert measured.component("allocator_overhead").num_bytes >= 0
     assert (measured.component("cuda_graphs").num_bytes > 0) is graphs
@@ -83,6 +64,28 @@ def test_plan_matches_the_measured_budget(shape: str, graphs: bool, step: dict[s
         assert estimated.component(exact).num_bytes == measured.component(exact).num_bytes, exact
     assert abs(estimated.total_bytes - measured.total_bytes) <= 0.10 * measured.total_bytes
     measured.check_fits()
+
+
+def _boot(shape: str, config: EngineConfig) -> tuple[MemoryBudget, MemoryBudget, int, dict[str, float]]:
+    """What a boot of `config` on the shape does to memory, with random weights: the estimate, the measured
+    budget, the allocator's reserved bytes and the gauges. Model, pool and graphs are gone when it returns."""
+    model_config = model_config_for_shape(shape)
+    limit = memory_limit(config)
+    kv_pool = plan_kv_pool(config, model_config)
+    estimated = estimate_budget(config, model_config, kv_pool, limit)
+    estimated.check_fits()
+    model = random_causal_lm(model_config, torch.bfloat16, "cuda", seed=0,
+                             attention_backend=select_attention_backend(config))
+    kv_cache = build_kv_cache(config, model_config, kv_pool.num_blocks)
+    graph_bytes = 0
+    if config.cuda_graph_max_batch:  # captured before the profile: a capture empties the allocator's cache
+        from arbi_grpc.engine.cuda_graphs import DecodeGraphs
+
+        decode_graphs = DecodeGraphs(model, kv_cache, max_batch=graph_max_batch(config),
+                                     max_model_len=kv_pool.max_model_len)
+        graph_bytes = reserved_growth(decode_graphs.capture, kv_cache.device)
+    measured = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes)
+    return estimated, measured, torch.cuda.memory_reserved(), _gauges(measured)
 
 
 def _gauges(budget: MemoryBudget) -> dict[str, float]:

@@ -1,5 +1,5 @@
-"""The measured budget: exact tensor bytes on the CPU; on CUDA, graphs captured after the profile join the
-budget and `allocator_overhead` keeps the sum equal to what the caching allocator reserved."""
+"""The measured budget: exact tensor bytes on the CPU; the CUDA graphs' share is what stays reserved after
+their capture, never the capture's transients."""
 
 from __future__ import annotations
 
@@ -7,18 +7,9 @@ import pytest
 import torch
 
 from arbi_grpc.config import MIB, EngineConfig
-from arbi_grpc.memory.budget import (
-    MemoryBudget,
-    MemoryLimit,
-    activations_component,
-    allocator_overhead_component,
-    codec_scratch_component,
-    cuda_graphs_component,
-    kv_cache_component,
-    weights_component,
-)
+from arbi_grpc.memory.budget import MemoryLimit
 from arbi_grpc.memory.kv_pool import plan_kv_pool
-from arbi_grpc.memory.measure import measure_budget, with_cuda_graphs
+from arbi_grpc.memory.measure import measure_budget, reserved_growth
 from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
 from tests.unit.memory.shapes import model_config
@@ -41,24 +32,30 @@ def test_cpu_budget_counts_the_tensors_and_the_profile() -> None:
     assert budget.component("activations").num_bytes >= 64 * model_shape.vocab_size * 4  # float32 logits
 
 
-def _measured_cuda_budget(overhead: int) -> MemoryBudget:
-    return MemoryBudget(device="cuda", method="measured", limit=LIMIT, components=(
-        weights_component(100 * MIB, "w"), kv_cache_component(50 * MIB, "kv"), codec_scratch_component(0, "none"),
-        activations_component(25 * MIB, "a"), cuda_graphs_component(0, "none"),
-        allocator_overhead_component(overhead, "o"),
-    ))
+def test_reserved_growth_keeps_what_stays_reserved(monkeypatch: pytest.MonkeyPatch) -> None:
+    reserved = [100 * MIB]
+    cached = [40 * MIB]  # free blocks the load left in the cache
+
+    def empty_cache() -> None:
+        reserved[0] -= cached[0]
+        cached[0] = 0
+
+    def capture() -> None:  # 30 MiB kept by the graphs, 20 MiB of transients left cached
+        reserved[0] += 50 * MIB
+        cached[0] = 20 * MIB
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved[0])
+    assert reserved_growth(capture, torch.device("cuda")) == 30 * MIB
 
 
-def test_graphs_captured_later_keep_the_sum_at_the_reserved_figure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 200 * MIB)  # after the capture
-    budget = with_cuda_graphs(_measured_cuda_budget(overhead=5 * MIB), 12 * MIB, EngineConfig(device="cuda"))
-    assert [c.name for c in budget.components] == [c.name for c in _measured_cuda_budget(0).components]
-    assert budget.component("cuda_graphs").num_bytes == 12 * MIB
-    assert budget.component("allocator_overhead").num_bytes == (200 - 100 - 50 - 25 - 12) * MIB
-    assert budget.total_bytes == 200 * MIB
-
-
-def test_graphs_join_only_a_measured_cuda_budget() -> None:
-    cpu = MemoryBudget(device="cpu", method="measured", limit=LIMIT, components=(weights_component(1, "w"),))
-    with pytest.raises(ValueError, match="measured CUDA budget"):
-        with_cuda_graphs(cpu, 1, EngineConfig())
+def test_cuda_graph_bytes_are_refused_on_the_cpu() -> None:
+    model_shape = model_config()
+    config = EngineConfig(kv_cache_memory_mib=1)
+    pool = plan_kv_pool(config, model_shape)
+    model = random_causal_lm(model_shape, torch.float32, "cpu", seed=0)
+    cache = PagedKVCache.for_model(model_shape, num_blocks=pool.num_blocks, block_size=config.block_size,
+                                   dtype=torch.float32, device="cpu")
+    with pytest.raises(ValueError, match="no CUDA graph"):
+        measure_budget(model, cache, config, pool, LIMIT, cuda_graph_bytes=1)
