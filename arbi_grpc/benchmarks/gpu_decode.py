@@ -29,6 +29,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.cuda_graphs import DecodeBatch
 from arbi_grpc.engine.offline import generate
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
@@ -38,6 +39,17 @@ from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape, reference_hf_config
 from arbi_grpc.serving import assemble_engine
 from arbi_grpc.text.tokenizer import SpecialTokenFacts, TextTokenizer
+
+
+@dataclass(frozen=True)
+class GraphStep:
+    """GPU time of one replayed decode graph (forward + logits, no host work), against the floor."""
+
+    shape: str
+    batch: int
+    context: int
+    step_ms: float
+    floor_ms: float
 
 
 @dataclass(frozen=True)
@@ -99,8 +111,9 @@ def requests_for(prompts: list[list[int]], new_tokens: int, tag: str) -> list[Ge
     ]
 
 
-def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidth: float) -> tuple[list[Row], float]:
-    """Rows for every batch size and the TTFT of one long prompt (seconds)."""
+def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
+               bandwidth: float) -> tuple[list[Row], list[GraphStep], float]:
+    """Rows for every batch size, graph replay times, and the TTFT of one long prompt (seconds)."""
     max_batch = max(args.batches)
     engine_config = EngineConfig(
         device="cuda",
@@ -139,16 +152,41 @@ def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace, bandwi
                     config, weight_bytes, batch, args.prompt_len + args.new_tokens // 2, bandwidth),
             ))
             print(rows[-1], flush=True)
+        graph_steps = [time_graph_step(shape, engine.runner, config, weight_bytes, batch, args.prompt_len, bandwidth)
+                       for batch in args.batches]
         ttft_prompt = random_prompts(1, args.ttft_prompt_len, config.vocab_size, seed=7)
         generate(engine, requests_for(ttft_prompt, 1, "ttft-warm"))
         ttfts = [generate(engine, requests_for(ttft_prompt, 1, f"ttft{i}"))[0].time_to_first_token_s
                  for i in range(5)]
-        return rows, min(ttfts)
+        return rows, graph_steps, min(ttfts)
     finally:
         engine.shutdown()
         del engine, model, kv_cache
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def time_graph_step(shape: str, runner, config: ModelConfig, weight_bytes: int, batch: int, context: int,
+                    bandwidth: float) -> GraphStep:
+    """Median GPU time of replaying the decode graph of `batch` sequences at `context` tokens each."""
+    blocks_per_seq = -(-context // runner.block_size)
+    decode = DecodeBatch(
+        input_ids=[1] * batch, positions=[context - 1] * batch, slots=[-1] * batch, seq_lens=[context] * batch,
+        block_tables=[[(seq * blocks_per_seq + i) % runner.kv_cache.num_blocks for i in range(blocks_per_seq)]
+                      for seq in range(batch)],
+    )
+    times = []
+    with torch.inference_mode():
+        for _ in range(30):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            runner.decode_graphs.run(decode)
+            start.record()
+            runner.decode_graphs.run(decode)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+    floor_ms = batch / decode_floor_tokens_per_s(config, weight_bytes, batch, context, bandwidth) * 1e3
+    return GraphStep(shape, batch, context, sorted(times)[len(times) // 2], floor_ms)
 
 
 def bench_hf(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidth: float) -> list[Row]:
@@ -171,18 +209,19 @@ def bench_hf(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidt
             try:
                 for _ in range(2):  # the first run compiles (static cache)
                     model.generate(prompts, **kwargs)
-                torch.cuda.synchronize()
-                started = time.monotonic()
-                output = model.generate(prompts, **kwargs)
-                torch.cuda.synchronize()
-                elapsed = time.monotonic() - started
+                elapsed, output = _timed(lambda: model.generate(prompts, **kwargs))
+                # Decode alone: the same call minus one that stops after the first token (the prefill).
+                first_only = {**kwargs, "max_new_tokens": 1, "min_new_tokens": 1}
+                model.generate(prompts, **first_only)
+                prefill_elapsed, _ = _timed(lambda: model.generate(prompts, **first_only))
             except Exception as error:  # a configuration HF cannot run is reported, not fatal to the table
                 print(f"HF {shape} batch {batch} {cache}: failed: {type(error).__name__}: {error}", flush=True)
                 continue
             produced = output.shape[1] - args.prompt_len
             rows.append(Row(
                 shape, f"hf-{cache}", batch, args.prompt_len, produced,
-                output_tokens_per_s=batch * produced / elapsed, decode_tokens_per_s=None,
+                output_tokens_per_s=batch * produced / elapsed,
+                decode_tokens_per_s=batch * (produced - 1) / (elapsed - prefill_elapsed),
                 floor_tokens_per_s=decode_floor_tokens_per_s(
                     config, weight_bytes, batch, args.prompt_len + args.new_tokens // 2, bandwidth),
             ))
@@ -191,6 +230,14 @@ def bench_hf(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidt
     gc.collect()
     torch.cuda.empty_cache()
     return rows
+
+
+def _timed(call):
+    torch.cuda.synchronize()
+    started = time.monotonic()
+    result = call()
+    torch.cuda.synchronize()
+    return time.monotonic() - started, result
 
 
 def _model_type(shape: str) -> str:
@@ -213,10 +260,12 @@ def main() -> None:
     bandwidth = copy_bandwidth(device)
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
     rows: list[Row] = []
+    graph_steps: list[GraphStep] = []
     ttft: dict[str, float] = {}
     for shape in args.shapes.split(","):
         config = model_config_for_shape(shape)
-        arbi_rows, ttft[shape] = bench_arbi(shape, config, args, bandwidth)
+        arbi_rows, shape_graph_steps, ttft[shape] = bench_arbi(shape, config, args, bandwidth)
+        graph_steps += shape_graph_steps
         print(f"{shape}: time to first token of {args.ttft_prompt_len} tokens: {ttft[shape] * 1e3:.1f} ms", flush=True)
         rows += arbi_rows + bench_hf(shape, config, args, bandwidth)
     print(f"\n{'shape':<12} {'system':<12} {'batch':>5} {'out tok/s':>10} {'decode tok/s':>12} "
@@ -226,6 +275,9 @@ def main() -> None:
         decode = f"{row.decode_tokens_per_s:12.0f}" if row.decode_tokens_per_s else f"{'':>12}"
         print(f"{row.shape:<12} {row.system:<12} {row.batch:>5} {row.output_tokens_per_s:10.0f} {decode} "
               f"{row.floor_tokens_per_s:11.0f} {rate / row.floor_tokens_per_s:8.2f}")
+    for step in graph_steps:
+        print(f"{step.shape}: decode graph batch {step.batch} at {step.context} tokens: {step.step_ms:.2f} ms "
+              f"(floor {step.floor_ms:.2f} ms, {step.floor_ms / step.step_ms:.2f} of floor)")
     for shape, seconds in ttft.items():
         print(f"{shape}: TTFT {args.ttft_prompt_len}-token prompt {seconds * 1e3:.1f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -235,6 +287,7 @@ def main() -> None:
         "date": date.today().isoformat(), "machine": torch.cuda.get_device_name(device),
         "python": platform.python_version(), "torch": torch.__version__,
         "copy_bandwidth_bytes_per_s": bandwidth, "rows": [asdict(row) for row in rows],
+        "graph_steps": [asdict(step) for step in graph_steps],
         "ttft_s": ttft,
     }, indent=2))
 

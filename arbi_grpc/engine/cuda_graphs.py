@@ -19,6 +19,9 @@ from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.kv_cache import PagedKVCache
 
 
+_PADDING = np.array([0, 0, -1], dtype=np.int64)  # input id, position, slot (-1: write nowhere)
+
+
 def graph_batch_sizes(max_batch: int) -> tuple[int, ...]:
     """1, 2, 4, 8, then every multiple of 8 up to `max_batch` (padding wastes at most 7 rows past 8)."""
     sizes = [size for size in (1, 2, 4) if size < max_batch] + list(range(8, max_batch + 1, 8))
@@ -56,6 +59,12 @@ class DecodeGraphs:
         self._seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
         self._block_tables = torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
         self._query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
+        self._staged_vectors_tensor = torch.zeros(3, max_batch, dtype=torch.int64).pin_memory()
+        self._staged_vectors = self._staged_vectors_tensor.numpy()  # input ids, positions, slots
+        self._staged_seq_lens_tensor = torch.zeros(max_batch, dtype=torch.int32).pin_memory()
+        self._staged_seq_lens = self._staged_seq_lens_tensor.numpy()
+        self._staged_tables_tensor = torch.zeros(max_batch * max_blocks, dtype=torch.int32).pin_memory()
+        self._staged_tables = self._staged_tables_tensor.numpy()
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._logits: dict[int, Tensor] = {}
         self.pool_bytes = 0
@@ -94,23 +103,31 @@ class DecodeGraphs:
         batch_size = next((size for size in self.batch_sizes if size >= num_seqs), None)
         if batch_size is None or batch_size not in self._graphs:
             raise ValueError(f"no captured decode graph holds {num_seqs} sequences (largest {self.max_batch})")
-        padding = batch_size - num_seqs
-        # Only the columns in use are refreshed: kernels read a row's blocks below its context length only.
+        # One host-to-device copy per buffer from pinned staging memory (reused: every step ends by reading its
+        # sampled tokens, so the previous step's copies have completed). Padding rows write to slot -1 and
+        # attend to nothing; only the block-table columns in use are refreshed (kernels read a row's blocks
+        # below its context length only).
+        vectors, seq_lens = self._staged_vectors, self._staged_seq_lens
+        vectors[:, :batch_size] = _PADDING[:, None]
+        vectors[0, :num_seqs] = batch.input_ids
+        vectors[1, :num_seqs] = batch.positions
+        vectors[2, :num_seqs] = batch.slots
+        seq_lens[:batch_size] = 0
+        seq_lens[:num_seqs] = batch.seq_lens
         width = max(len(table) for table in batch.block_tables)
-        tables = np.zeros((num_seqs, width), dtype=np.int32)
+        tables = self._staged_tables[: num_seqs * width].reshape(num_seqs, width)
         for row, table in enumerate(batch.block_tables):
             tables[row, : len(table)] = table
-        self._copy(self._input_ids, [*batch.input_ids, *[0] * padding])
-        self._copy(self._positions, [*batch.positions, *[0] * padding])
-        self._copy(self._slots, [*batch.slots, *[-1] * padding])
-        self._copy(self._seq_lens, [*batch.seq_lens, *[0] * padding])
-        self._block_tables[:num_seqs, :width].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
+        staged = self._staged_vectors_tensor[:, :batch_size]
+        self._input_ids[:batch_size].copy_(staged[0], non_blocking=True)
+        self._positions[:batch_size].copy_(staged[1], non_blocking=True)
+        self._slots[:batch_size].copy_(staged[2], non_blocking=True)
+        self._seq_lens[:batch_size].copy_(self._staged_seq_lens_tensor[:batch_size], non_blocking=True)
+        self._block_tables[:num_seqs, :width].copy_(
+            self._staged_tables_tensor[: num_seqs * width].view(num_seqs, width), non_blocking=True
+        )
         self._graphs[batch_size].replay()
         return self._logits[batch_size][:num_seqs]
-
-    def _copy(self, buffer: Tensor, values: list[int]) -> None:
-        staged = torch.tensor(values, dtype=buffer.dtype).pin_memory()
-        buffer[: len(values)].copy_(staged, non_blocking=True)
 
     def _metadata(self, batch_size: int) -> AttentionMetadata:
         return AttentionMetadata(

@@ -14,7 +14,7 @@ from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder_attention import DecoderAttention
 from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.layers import RMSNorm, SwiGLUMLP
-from arbi_grpc.models.rotary import RotaryEmbedding
+from arbi_grpc.models.rotary import RotaryAngles, RotaryEmbedding
 
 
 class DecoderLayer(nn.Module):
@@ -31,8 +31,7 @@ class DecoderLayer(nn.Module):
         self,
         states: Tensor,
         residual: Tensor | None,
-        cos: Tensor,
-        sin: Tensor,
+        rotary: RotaryAngles,
         metadata: AttentionMetadata,
         kv_cache: PagedKVCache,
     ) -> tuple[Tensor, Tensor]:
@@ -43,7 +42,7 @@ class DecoderLayer(nn.Module):
             residual, normed = states, self.input_layernorm(states)
         else:
             normed, residual = self.input_layernorm.add_and_norm(states, residual)
-        attended = self.self_attn(normed, cos, sin, metadata, kv_cache)
+        attended = self.self_attn(normed, rotary, metadata, kv_cache)
         normed, residual = self.post_attention_layernorm.add_and_norm(attended, residual)
         return self.mlp(normed), residual
 
@@ -85,10 +84,10 @@ class CausalLM(nn.Module):
         if not self.projections_fused:
             self.fuse_projections()
         states = self.model.embed_tokens(input_ids)  # [T, hidden]
-        cos, sin = self.rotary.cos_sin(positions, states.dtype)  # [T, D] each
+        rotary = self.rotary.for_positions(positions, states.dtype)
         residual = None
         for layer in self.model.layers:
-            states, residual = layer(states, residual, cos, sin, metadata, kv_cache)
+            states, residual = layer(states, residual, rotary, metadata, kv_cache)
         return self.model.norm.add_and_norm(states, residual)[0]
 
     def fuse_projections(self) -> None:

@@ -12,7 +12,7 @@ from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.layers import RMSNorm, fuse_linear_weights
-from arbi_grpc.models.rotary import apply_rotary
+from arbi_grpc.models.rotary import RotaryAngles
 
 
 class DecoderAttention(nn.Module):
@@ -41,7 +41,7 @@ class DecoderAttention(nn.Module):
         self.qkv_weight, self.qkv_bias = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(
-        self, states: Tensor, cos: Tensor, sin: Tensor, metadata: AttentionMetadata, kv_cache: PagedKVCache
+        self, states: Tensor, rotary: RotaryAngles, metadata: AttentionMetadata, kv_cache: PagedKVCache
     ) -> Tensor:
         if self.qkv_weight is None:
             raise RuntimeError("DecoderAttention: call CausalLM.fuse_projections() once the weights are loaded")
@@ -55,7 +55,6 @@ class DecoderAttention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             query = self.q_norm(query)
             key = self.k_norm(key)
-        query = apply_rotary(query, cos, sin)
-        key = apply_rotary(key, cos, sin)
+        query, key = rotary.apply(query, key)
         attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
         return self.o_proj(attended.reshape(num_tokens, self.num_heads * self.head_dim))

@@ -1,4 +1,8 @@
-"""Rotary position embeddings in the half-split layout of HF checkpoints, with optional Llama 3.1 scaling."""
+"""Rotary position embeddings in the half-split layout of HF checkpoints, with optional Llama 3.1 scaling.
+
+On CUDA one Triton kernel rotates a layer's queries and keys in place from a cos/sin table of every position;
+elsewhere torch computes the step's cos/sin rows once and each layer applies them.
+"""
 
 from __future__ import annotations
 
@@ -22,12 +26,39 @@ class RotaryEmbedding:
         if config.rope_scaling is not None:
             inverse_frequencies = llama3_scaled_frequencies(inverse_frequencies, config.rope_scaling)
         self.inverse_frequencies = inverse_frequencies
+        self.max_positions = config.max_position_embeddings
+        self._tables: tuple[Tensor, Tensor] | None = None  # CUDA: float32 cos, sin [max_positions, D / 2]
 
-    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """positions [T] -> (cos, sin), each [T, head_dim], computed in float32 then cast to `dtype`."""
+    def for_positions(self, positions: Tensor, dtype: torch.dtype) -> RotaryAngles:
+        """The rotation of one step's tokens at positions [T], for states of `dtype`."""
+        if positions.is_cuda:
+            if self._tables is None:
+                all_positions = torch.arange(self.max_positions, dtype=torch.float32, device=positions.device)
+                angles = all_positions[:, None] * self.inverse_frequencies[None, :]  # [P, D / 2]
+                self._tables = angles.cos(), angles.sin()
+            return RotaryAngles(positions, None, None, self._tables)
         angles = positions.to(torch.float32)[:, None] * self.inverse_frequencies[None, :]  # [T, D / 2]
         angles = torch.cat((angles, angles), dim=-1)  # [T, D]
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        return RotaryAngles(positions, angles.cos().to(dtype), angles.sin().to(dtype), None)
+
+
+class RotaryAngles:
+    """Rotates the queries and keys of one step's tokens: built once per forward pass, applied per layer."""
+
+    def __init__(self, positions: Tensor, cos: Tensor | None, sin: Tensor | None,
+                 tables: tuple[Tensor, Tensor] | None) -> None:
+        self.positions = positions
+        self.cos, self.sin = cos, sin  # [T, D] in the states' dtype (torch path)
+        self.tables = tables  # float32 cos, sin [max_positions, D / 2] (CUDA kernel path)
+
+    def apply(self, query: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
+        """query [T, H, D], key [T, Hkv, D] -> rotated (in place on CUDA, where they may be views)."""
+        if self.tables is not None:
+            from arbi_kernels import apply_rotary_embedding
+
+            apply_rotary_embedding(self.positions, query, key, *self.tables)
+            return query, key
+        return apply_rotary(query, self.cos, self.sin), apply_rotary(key, self.cos, self.sin)
 
 
 def llama3_scaled_frequencies(inverse_frequencies: Tensor, scaling: Llama3RopeScaling) -> Tensor:
