@@ -1,5 +1,5 @@
-"""The `arbi-serve` command line: serve, run, chat, pull, list, and the operator commands doctor, config,
-plan, ps and stop (implemented in `commands/`).
+"""The `arbi-serve` command line: serve, run, chat, pull, list, calibrate, and the operator commands doctor,
+config, plan, ps and stop (implemented in `commands/`).
 
 Only `serve`, `run` (when it boots a server), `pull` and `list` import the server stack; `chat` needs
 grpcio alone, so it works on a client-only install.
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from arbi_grpc import __version__
+from arbi_grpc.commands import calibrate as calibrate_command
 from arbi_grpc.commands import register as register_operator_commands
 from arbi_grpc.commands.paths import run_state_dir
 from arbi_grpc.errors import ArbiError
@@ -78,6 +79,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     list_models = commands.add_parser("list", help="list models in the local cache")
     list_models.set_defaults(handler=_list)
+    calibrate_command.add_parser(commands)
     register_operator_commands(commands)
     return parser
 

@@ -14,6 +14,7 @@ Scales are normalized to a geometric mean of 1 per head, so values keep their ov
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -95,6 +96,77 @@ def calibrate_channels(
     return ChannelTransform(scale.contiguous().cpu(), shift.contiguous().cpu())
 
 
+@dataclass
+class ChannelTable:
+    """Channel transforms per (layer, keys|values, bits), calibrated lazily from per-layer samples and cached, so
+    that a bit-allocation search and the final bundle share them. Samples: [tokens, kv_heads, head_dim] per
+    layer, without each sequence's sink positions; key_weights: optional [kv_heads, head_dim] per layer."""
+
+    keys_per_layer: Sequence[torch.Tensor]
+    values_per_layer: Sequence[torch.Tensor]
+    group_size: int
+    rotate: bool = True
+    method: str = "mse"
+    center: bool = True
+    key_weights_per_layer: Sequence[torch.Tensor] | None = None
+    _cache: dict[tuple[int, bool, int], ChannelTransform] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        counts = {len(self.keys_per_layer), len(self.values_per_layer)}
+        if self.key_weights_per_layer is not None:
+            counts.add(len(self.key_weights_per_layer))
+        if len(counts) != 1:
+            raise InvalidArgumentError("kv_samples", "keys, values (and key weights) need one entry per layer")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.keys_per_layer)
+
+    def transform(self, layer: int, keys: bool, bits: int) -> ChannelTransform:
+        """The calibrated transform of `layer`'s keys (keys=True) or values at `bits` bits."""
+        slot = (layer, keys, bits)
+        if slot not in self._cache:
+            samples = (self.keys_per_layer if keys else self.values_per_layer)[layer]
+            weights = self.key_weights_per_layer[layer] if keys and self.key_weights_per_layer is not None else None
+            self._cache[slot] = calibrate_channels(
+                samples, bits, self.group_size, self.rotate, self.method, self.center, weights
+            )
+        return self._cache[slot]
+
+    def round_trip_error(self, layer: int, keys: bool, bits: int) -> float:
+        """Mean squared error, in the rotated space, of `layer`'s samples through the codec at `bits` bits."""
+        samples = _subsample((self.keys_per_layer if keys else self.values_per_layer)[layer]).float()
+        rotated = hadamard_rotate(samples) if self.rotate else samples
+        transform = self.transform(layer, keys, bits)
+        decoded = transform.inverse(dequantize_groups(quantize_groups(transform.forward(rotated), bits, self.group_size)))
+        return (decoded - rotated).pow(2).mean().item()
+
+    def calibration(
+        self, layer_bits: Sequence[tuple[int, int]], model_fingerprint: str, sink_tokens: int = 1
+    ) -> TkvCalibration:
+        """The TkvCalibration with `layer_bits` (one (key_bits, value_bits) pair per layer)."""
+        if len(layer_bits) != self.num_layers:
+            raise InvalidArgumentError("kv_samples", f"{len(layer_bits)} bit pairs for {self.num_layers} layers")
+        keys = [self.transform(layer, True, k) for layer, (k, _) in enumerate(layer_bits)]
+        values = [self.transform(layer, False, v) for layer, (_, v) in enumerate(layer_bits)]
+        label = (
+            self.method + ("+center" if self.center else "")
+            + ("+qweighted" if self.key_weights_per_layer is not None else "")
+        )
+        return TkvCalibration(
+            model_fingerprint,
+            self.group_size,
+            self.rotate,
+            tuple((int(k), int(v)) for k, v in layer_bits),
+            torch.stack([t.scale for t in keys]),
+            torch.stack([t.scale for t in values]),
+            torch.stack([t.shift for t in keys]),
+            torch.stack([t.shift for t in values]),
+            label,
+            sink_tokens,
+        )
+
+
 def calibrate_tkv(
     keys_per_layer: Sequence[torch.Tensor],
     values_per_layer: Sequence[torch.Tensor],
@@ -113,30 +185,7 @@ def calibrate_tkv(
     their outsized keys would otherwise dominate the channel ranges.
     key_weights_per_layer: optional per-layer [kv_heads, head_dim] key-error weights (query_channel_weights).
     """
-    counts = {len(keys_per_layer), len(values_per_layer), len(layer_bits)}
-    if key_weights_per_layer is not None:
-        counts.add(len(key_weights_per_layer))
-    if len(counts) != 1:
-        raise InvalidArgumentError("kv_samples", "keys, values, bit pairs (and key weights) need one entry per layer")
-    key_weights = key_weights_per_layer or [None] * len(layer_bits)
-    keys = [
-        calibrate_channels(samples, key_bits, group_size, rotate, method, center, weights)
-        for samples, (key_bits, _), weights in zip(keys_per_layer, layer_bits, key_weights)
-    ]
-    values = [
-        calibrate_channels(samples, value_bits, group_size, rotate, method, center)
-        for samples, (_, value_bits) in zip(values_per_layer, layer_bits)
-    ]
-    label = method + ("+center" if center else "") + ("+qweighted" if key_weights_per_layer is not None else "")
-    return TkvCalibration(
-        model_fingerprint,
-        group_size,
-        rotate,
-        tuple((int(k), int(v)) for k, v in layer_bits),
-        torch.stack([t.scale for t in keys]),
-        torch.stack([t.scale for t in values]),
-        torch.stack([t.shift for t in keys]),
-        torch.stack([t.shift for t in values]),
-        label,
-        sink_tokens,
+    table = ChannelTable(
+        keys_per_layer, values_per_layer, group_size, rotate, method, center, key_weights_per_layer
     )
+    return table.calibration(layer_bits, model_fingerprint, sink_tokens)

@@ -1,0 +1,145 @@
+"""One `arbi-serve calibrate` run: text -> windows -> K/V through the engine's decoder -> channel transforms ->
+per-layer bits (uniform, or allocated for an average budget) -> the bundle, with a report of what was done.
+
+Allocation for an average A: `sensitivity.py` measures every layer's keys and values one width off the
+operating point of A on the dev windows, `greedy_allocation` spends the operating point's bits, and the
+result is kept only when its measured mean loss on the dev windows (every K/V through the codec) is lower
+than the uniform operating point's; otherwise the uniform point is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.kv_codec.bit_allocation import KEYS, average_bits, greedy_allocation, operating_point
+from arbi_grpc.kv_codec.calibrate import ChannelTable
+from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.collect import CalibrationRunner, KvRewrite, without_sink
+from arbi_grpc.kv_codec.fingerprint import model_dir_fingerprint
+from arbi_grpc.kv_codec.sensitivity import operating_point_costs
+from arbi_grpc.kv_codec.spec import TkvSpec
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """Exactly one of average_bits (allocated per layer) and uniform_bits ((key, value) for every layer)."""
+
+    average_bits: float | None = 3.5
+    uniform_bits: tuple[int, int] | None = None
+    group_size: int = 32
+    sink_tokens: int = 1
+    window: int = 512
+    max_windows: int = 16
+    dev_windows: int = 2
+
+    def __post_init__(self) -> None:
+        if (self.average_bits is None) == (self.uniform_bits is None):
+            raise InvalidArgumentError("avg_bits", "give either an average (--avg-bits) or uniform bits (--kv-bits)")
+        if self.average_bits is not None:
+            operating_point(self.average_bits)
+        else:
+            TkvSpec(*self.uniform_bits, self.group_size, self.sink_tokens)
+        if self.sink_tokens < 0 or self.window < self.sink_tokens + 2:
+            raise InvalidArgumentError(
+                "window", f"need sink_tokens >= 0 and window >= sink_tokens + 2, got {self.sink_tokens}, {self.window}"
+            )
+        if self.max_windows < 1 or self.dev_windows < 1:
+            raise InvalidArgumentError("max_windows", "need at least one calibration window and one dev window")
+
+
+def text_windows(token_ids: list[int], window: int, max_windows: int) -> torch.Tensor:
+    """Consecutive non-overlapping windows [N, window] from the start of the text, N <= max_windows."""
+    count = min(len(token_ids) // window, max_windows)
+    if count == 0:
+        raise InvalidArgumentError(
+            "calibration_text", f"{len(token_ids)} tokens do not fill one window of {window} tokens"
+        )
+    return torch.tensor(token_ids[: count * window], dtype=torch.int64).view(count, window)
+
+
+def fake_quantizing_rewrite(calibration: TkvCalibration) -> KvRewrite:
+    """K/V through each layer's codec, positions < sink_tokens kept exact (what attention reads from the cache)."""
+    codecs = [calibration.layer_codec(layer) for layer in range(calibration.num_layers)]
+
+    def rewrite(layer: int, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor):
+        coded = positions >= calibration.sink_tokens  # [T]
+        keys, values = keys.clone(), values.clone()
+        keys[coded] = codecs[layer].fake_quantize_keys(keys[coded])
+        values[coded] = codecs[layer].fake_quantize_values(values[coded])
+        return keys, values
+
+    return rewrite
+
+
+def allocate_bits(
+    runner: CalibrationRunner, table: ChannelTable, dev: torch.Tensor, settings: CalibrationSettings
+) -> tuple[list[tuple[int, int]], dict]:
+    """Per-layer bits for settings.average_bits and a report (dev losses of the allocation and the uniform point,
+    the measured per-slot loss changes)."""
+    point = operating_point(settings.average_bits)
+    losses: dict[tuple[tuple[int, int], ...], float] = {}
+
+    def dev_loss(layer_bits: Sequence[tuple[int, int]]) -> float:
+        key = tuple(layer_bits)
+        if key not in losses:
+            calibration = table.calibration(layer_bits, "", settings.sink_tokens)
+            losses[key] = runner.mean_loss(dev, fake_quantizing_rewrite(calibration))
+        return losses[key]
+
+    def slot_error(layer: int, kind: str, bits: int) -> float:
+        return table.round_trip_error(layer, kind == KEYS, bits)
+
+    costs, measured = operating_point_costs(dev_loss, slot_error, table.num_layers, settings.average_bits)
+    uniform = [point] * table.num_layers
+    allocated = greedy_allocation(costs, table.num_layers, settings.average_bits)
+    chosen = allocated if dev_loss(allocated) < dev_loss(uniform) else uniform
+    report = {
+        "operating_point": f"K{point[0]}V{point[1]}",
+        "dev_loss_uniform": dev_loss(uniform),
+        "dev_loss_allocated": dev_loss(allocated),
+        "allocated_bits": [list(pair) for pair in allocated],
+        "kept": "allocated" if chosen is allocated else "uniform",
+        "dev_loss_change_one_width_off": {slot: round(change, 6) for slot, change in measured.items()},
+    }
+    return chosen, report
+
+
+def run_calibration(
+    model_dir: Path, text_path: Path, settings: CalibrationSettings, output: Path, device: str = "cpu"
+) -> dict:
+    """Calibrate the model in `model_dir` on the text of `text_path`, write the bundle to `output`, and return
+    a report (windows, bits, dev losses, where the bundle went)."""
+    from arbi_grpc.text.tokenizer import TextTokenizer
+
+    try:
+        text = Path(text_path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidArgumentError("calibration_text", f"cannot read {text_path}: {error}") from error
+    token_ids = TextTokenizer.from_model_dir(model_dir).encode(text)
+    windows = text_windows(token_ids, settings.window, settings.max_windows)
+    runner = CalibrationRunner.load(model_dir, device)
+    activations = runner.collect(windows)
+    table = ChannelTable(
+        [without_sink(layer.keys, settings.window, settings.sink_tokens) for layer in activations],
+        [without_sink(layer.values, settings.window, settings.sink_tokens) for layer in activations],
+        settings.group_size,
+    )
+    report: dict = {"calibration_windows": windows.shape[0], "window": settings.window}
+    if settings.uniform_bits is not None:
+        layer_bits = [settings.uniform_bits] * table.num_layers
+    else:
+        dev = windows[-settings.dev_windows :]
+        layer_bits, allocation_report = allocate_bits(runner, table, dev, settings)
+        report.update(dev_windows=dev.shape[0], **allocation_report)
+    calibration = table.calibration(layer_bits, model_dir_fingerprint(model_dir), settings.sink_tokens)
+    calibration.save(output)
+    report.update(
+        average_bits=average_bits(layer_bits), layer_bits=[list(pair) for pair in layer_bits],
+        group_size=settings.group_size, sink_tokens=settings.sink_tokens, bundle=str(output),
+    )
+    return report
