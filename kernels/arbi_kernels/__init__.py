@@ -9,6 +9,9 @@ from arbi_kernels.kv_cache_write import write_kv_cache
 from arbi_kernels.prefill_attention import paged_prefill_attention
 from arbi_kernels.norm import rms_norm
 from arbi_kernels.rotary import apply_rotary_embedding, build_rotary_cache
+from arbi_kernels.tkv_decode_attention import tkv_paged_decode_attention
+from arbi_kernels.tkv_prefill_attention import tkv_paged_prefill_attention
+from arbi_kernels.tkv_write import write_tkv_cache
 
 __all__ = [
     "apply_rotary_embedding",
@@ -17,5 +20,8 @@ __all__ = [
     "paged_prefill_attention",
     "rms_norm",
     "silu_and_mul",
+    "tkv_paged_decode_attention",
+    "tkv_paged_prefill_attention",
     "write_kv_cache",
+    "write_tkv_cache",
 ]

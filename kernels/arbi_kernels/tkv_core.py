@@ -1,0 +1,220 @@
+"""What the TKV kernels share: the layer tensors they read and write, their validation, and the Triton helpers
+that locate a token's packed codes, group metadata and sink entry in the paged pools and decode a tile of them
+in registers.
+
+Layout (docs/tkv.md): a head vector of D channels is D*bits/8 bytes of little-endian packed codes plus D/G fp16
+scales and zeros, so the 8 codes of channels 8i..8i+7 fill exactly `bits` bytes: one "word". Widths 2, 4 and 8
+read each word with one 16/32/64-bit load (the wrappers pass the code pool viewed as that integer type); 3, 5
+and 6 assemble it from `bits` byte loads. A code decodes as `zero + code * scale` and is never written back
+in full precision. Pools are contiguous, so a head vector's index is `slot * num_kv_heads + kv_head`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import triton
+import triton.language as tl
+
+from arbi_kernels.checks import require_head_dim, require_same_device
+
+SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
+WORD_DTYPES: dict[int, torch.dtype] = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+"""Widths whose 8-code word is a whole machine integer; the others are read byte by byte."""
+COMPUTE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.float32)
+
+
+class TkvLayerTensors(Protocol):
+    """One layer of a paged TKV cache as the kernels see it (arbi_grpc's TkvLayerStorage has these fields).
+
+    *_codes uint8 [num_blocks, block_size, Hkv, D*bits/8]; *_scale / *_zero fp16 [num_blocks, block_size, Hkv,
+    D/G]; *_sink fp16 [num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block holding p, p], in
+    the code space); *_channel_scale / *_shift fp32 [Hkv, D] (the calibrated transform the write applies).
+    """
+
+    key_codes: torch.Tensor
+    key_scale: torch.Tensor
+    key_zero: torch.Tensor
+    value_codes: torch.Tensor
+    value_scale: torch.Tensor
+    value_zero: torch.Tensor
+    key_sink: torch.Tensor
+    value_sink: torch.Tensor
+    key_bits: int
+    value_bits: int
+    group_size: int
+    sink_tokens: int
+    block_size: int
+    rotate: bool
+    key_channel_scale: torch.Tensor
+    key_shift: torch.Tensor
+    value_channel_scale: torch.Tensor
+    value_shift: torch.Tensor
+
+
+def _require_pool(name: str, tensor: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(tensor.shape)}")
+    if tensor.dtype != dtype:
+        raise ValueError(f"{name}: dtype must be {dtype}, got {tensor.dtype}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous (the kernels index head vectors as slot * Hkv + head)")
+
+
+def require_bits(name: str, bits: int) -> None:
+    if bits not in SUPPORTED_BITS:
+        raise ValueError(f"{name}: must be one of {SUPPORTED_BITS}, got {bits}")
+
+
+def validate_tkv_layer(layer: TkvLayerTensors) -> tuple[int, int, int, int]:
+    """Check every pool against the layer's bits, group size and sink count; returns (num_blocks, block_size,
+    num_kv_heads, head_dim), with head_dim read from the channel transforms."""
+    require_bits("key_bits", layer.key_bits)
+    require_bits("value_bits", layer.value_bits)
+    num_kv_heads, head_dim = layer.key_channel_scale.shape
+    require_head_dim("key_channel_scale", head_dim)
+    group = layer.group_size
+    if group < 8 or group & (group - 1) or head_dim % group:
+        raise ValueError(f"group_size: must be a power of two >= 8 dividing head_dim {head_dim}, got {group}")
+    if not 0 <= layer.sink_tokens <= layer.block_size:
+        raise ValueError(f"sink_tokens: must be in [0, block_size={layer.block_size}], got {layer.sink_tokens}")
+    num_blocks = layer.key_codes.shape[0]
+    slots = (num_blocks, layer.block_size, num_kv_heads)
+    _require_pool("key_codes", layer.key_codes, (*slots, head_dim * layer.key_bits // 8), torch.uint8)
+    _require_pool("value_codes", layer.value_codes, (*slots, head_dim * layer.value_bits // 8), torch.uint8)
+    for name in ("key_scale", "key_zero", "value_scale", "value_zero"):
+        _require_pool(name, getattr(layer, name), (*slots, head_dim // group), torch.float16)
+    for name in ("key_sink", "value_sink"):
+        _require_pool(name, getattr(layer, name), (num_blocks, layer.sink_tokens, num_kv_heads, head_dim), torch.float16)
+    for name in ("key_channel_scale", "key_shift", "value_channel_scale", "value_shift"):
+        _require_pool(name, getattr(layer, name), (num_kv_heads, head_dim), torch.float32)
+    require_same_device({name: getattr(layer, name) for name in TkvLayerTensors.__annotations__
+                         if isinstance(getattr(layer, name), torch.Tensor)})
+    return num_blocks, layer.block_size, num_kv_heads, head_dim
+
+
+def code_words(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """The code pool as the kernels read it: one integer per 8 codes where that is a machine word, else bytes."""
+    word_dtype = WORD_DTYPES.get(bits)
+    return codes if word_dtype is None else codes.view(word_dtype)
+
+
+def require_compute_dtype(compute_dtype: torch.dtype) -> None:
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype: must be torch.float16 or torch.float32, got {compute_dtype}")
+
+
+def triton_dtype(dtype: torch.dtype) -> tl.dtype:
+    return tl.float16 if dtype == torch.float16 else tl.float32
+
+
+def compute_precision(dtype: torch.dtype) -> str:
+    """float32 tiles get exact products (the interpreter and correctness runs); float16 uses tensor cores."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def sink_tile_size(sink_tokens: int) -> int:
+    """Rows of the one tile holding the sink prefix (tl.dot needs at least 16)."""
+    return max(16, triton.next_power_of_2(max(sink_tokens, 1)))
+
+
+@triton.jit
+def paged_slots(block_table_row, tokens, token_valid, PAGE_SIZE: tl.constexpr):
+    """Flat cache slot (block_id * PAGE_SIZE + offset) of each position of one sequence: [N] int64."""
+    block_ids = tl.load(block_table_row + tokens // PAGE_SIZE, mask=token_valid, other=0).to(tl.int64)
+    return block_ids * PAGE_SIZE + tokens % PAGE_SIZE
+
+
+@triton.jit
+def sink_vectors(block_table_row, tokens, token_valid, kv_head, num_kv_heads, SINK_TOKENS: tl.constexpr,
+                 PAGE_SIZE: tl.constexpr):
+    """Head-vector index of positions p < SINK_TOKENS in a [num_blocks, SINK_TOKENS, Hkv, D] sink pool."""
+    block_ids = tl.load(block_table_row + tokens // PAGE_SIZE, mask=token_valid, other=0).to(tl.int64)
+    return (block_ids * SINK_TOKENS + tokens) * num_kv_heads + kv_head
+
+
+@triton.jit
+def load_words(codes_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """[N, D/8] little-endian words: word i of a head vector holds its codes 8i..8i+7, code k at bit k*BITS."""
+    octets = tl.arange(0, HEAD_DIM // 8)
+    if BITS == 2 or BITS == 4 or BITS == 8:  # codes_ptr is the pool viewed as int16 / int32 / int64
+        words = tl.load(codes_ptr + vectors[:, None] * (HEAD_DIM // 8) + octets[None, :], mask=valid[:, None],
+                        other=0)
+    else:  # 3, 5, 6 bits: BITS bytes per word, assembled little endian
+        word_type: tl.constexpr = tl.int32 if BITS * 8 <= 32 else tl.int64
+        byte_offsets = vectors[:, None] * (HEAD_DIM * BITS // 8) + octets[None, :] * BITS  # [N, D/8]
+        words = tl.zeros([vectors.shape[0], HEAD_DIM // 8], dtype=word_type)
+        for byte in tl.static_range(BITS):
+            value = tl.load(codes_ptr + byte_offsets + byte, mask=valid[:, None], other=0)
+            words = words | (value.to(word_type) << (8 * byte))
+    return words
+
+
+@triton.jit
+def dequantize_tile(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    GROUP: tl.constexpr):
+    """Decode the head vectors `vectors` [N] in registers: float32 [N, D] = zero + code * scale (0 where invalid)."""
+    words = load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM)  # [N, D/8]
+    shifts = tl.arange(0, 8) * BITS
+    codes = (words[:, :, None] >> shifts[None, None, :].to(words.dtype)) & ((1 << BITS) - 1)  # [N, D/8, 8]
+    codes = tl.reshape(codes, [vectors.shape[0], HEAD_DIM // GROUP, GROUP]).to(tl.float32)
+    groups = tl.arange(0, HEAD_DIM // GROUP)
+    metadata_offsets = vectors[:, None] * (HEAD_DIM // GROUP) + groups[None, :]  # [N, D/G]
+    scale = tl.load(scale_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
+    zero = tl.load(zero_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
+    values = zero[:, :, None] + codes * scale[:, :, None]  # [N, D/G, G]
+    return tl.reshape(values, [vectors.shape[0], HEAD_DIM])
+
+
+@triton.jit
+def load_sink_tile(sink_ptr, vectors, valid, HEAD_DIM: tl.constexpr):
+    """Sink entries (already in the code space, fp16) of head vectors `vectors` [N]: float32 [N, D]."""
+    dims = tl.arange(0, HEAD_DIM)
+    return tl.load(sink_ptr + vectors[:, None] * HEAD_DIM + dims[None, :], mask=valid[:, None], other=0.0).to(
+        tl.float32
+    )
+
+
+@triton.jit
+def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """The score half of a flash-attention update (see attention_core.online_softmax_step): returns the new
+    (m_i, l_i), acc rescaled, and the weights p [M, N] the caller multiplies into its value tile. Splitting
+    here lets a caller decode V only after K's tile is dead, which keeps D=128 tiles in registers."""
+    scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [M, N], log2 units (q is pre-scaled)
+    if APPLY_MASK:
+        scores = tl.where(visible, scores, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # [M]
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(scores - m_new[:, None])  # [M, N]
+    return m_new, l_i * alpha + tl.sum(p, axis=1), acc * alpha[:, None], p
+
+
+@triton.jit
+def attend_coded_tile(
+    q, tokens, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+    key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+    APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
+    K decoded and scored first, then V decoded and summed, both in q's dtype."""
+    vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
+    k = dequantize_tile(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP)
+    m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION)
+    v = dequantize_tile(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP)
+    acc += tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def attend_sink_tile(q, tokens, visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+                     key_sink_ptr, value_sink_ptr, SINK_TOKENS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Fold the sink positions `tokens` (where `in_sink`), read from the fp16 sink pools, into (m_i, l_i, acc)."""
+    vectors = sink_vectors(block_table_row, tokens, in_sink, kv_head, num_kv_heads, SINK_TOKENS, PAGE_SIZE)
+    k = load_sink_tile(key_sink_ptr, vectors, in_sink, HEAD_DIM)
+    m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), visible, m_i, l_i, acc, True, DOT_PRECISION)
+    v = load_sink_tile(value_sink_ptr, vectors, in_sink, HEAD_DIM)
+    acc += tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+    return m_i, l_i, acc

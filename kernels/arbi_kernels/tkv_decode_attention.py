@@ -1,0 +1,192 @@
+"""Paged decode attention over a TKV cache: one q' per sequence against its whole context, codes decoded in
+registers tile by tile (flash-decoding, split-K over long contexts).
+
+The launch mirrors the bf16 kernel (decode_attention.py): a program takes one (sequence, kv head, split), the
+GQA group's query heads are the rows of one tile, and partial results (normalized output + log-sum-exp) of
+several splits are combined by the bf16 path's merge kernel. What differs is what a tile reads: K and V codes
+(bits/8 bytes per channel) plus fp16 group scales and zeros, decoded as zero + code * scale into the compute
+dtype right before the dot; positions below sink_tokens are one extra tile read from the fp16 sink pool by
+whichever split holds them. q' arrives pre-rotated and divided by s_k, the output stays in the value code space.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from arbi_kernels.attention_core import LOG2_E
+from arbi_kernels.checks import (
+    next_power_of_two,
+    require_dtype,
+    require_positive_scale,
+    require_same_device,
+    require_shape,
+    require_unit_last_stride,
+)
+from arbi_kernels.decode_attention import (
+    MAX_SPLITS,
+    DecodeTiles,
+    _decode_merge_kernel,
+    _multiprocessor_count,
+    choose_num_splits,
+)
+from arbi_kernels.tkv_core import (
+    TkvLayerTensors,
+    attend_coded_tile,
+    attend_sink_tile,
+    code_words,
+    compute_precision,
+    require_compute_dtype,
+    sink_tile_size,
+    triton_dtype,
+    validate_tkv_layer,
+)
+
+
+@triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
+def _tkv_decode_partition_kernel(
+    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
+    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr,
+    block_tables_ptr, seq_lens_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+    qk_scale, group_size, tokens_per_split, num_kv_heads,
+    stride_q_seq, stride_q_head, stride_bt_seq,
+    stride_out_seq, stride_out_head,
+    stride_po_seq, stride_po_head, stride_po_split,
+    stride_pl_seq, stride_pl_head,
+    KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
+    SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    split_start = split * tokens_per_split
+    split_end = tl.minimum(split_start + tokens_per_split, seq_len)
+
+    rows = tl.arange(0, GROUP_PAD)
+    row_valid = rows < group_size
+    q_heads = kv_head * group_size + rows  # [GROUP_PAD] query heads of this kv head's group
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(
+        q_ptr + seq.to(tl.int64) * stride_q_seq + q_heads[:, None] * stride_q_head + dims[None, :],
+        mask=row_valid[:, None], other=0.0,
+    ).to(tl.float32)
+    q = (q * qk_scale).to(COMPUTE_DTYPE)  # q: [GROUP_PAD, D], pre-scaled so fp16 keeps its range
+
+    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
+    block_table_row = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq
+    if SINK_TOKENS > 0:
+        if split_start < tl.minimum(split_end, SINK_TOKENS):  # this split holds sink positions
+            tokens = tl.arange(0, SINK_PAD)
+            in_sink = (tokens >= split_start) & (tokens < split_end) & (tokens < SINK_TOKENS)
+            m_i, l_i, acc = attend_sink_tile(
+                q, tokens, in_sink[None, :], in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+                key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            )
+
+    for tile_start in range(split_start, split_end, BLOCK_N):
+        tokens = tile_start + tl.arange(0, BLOCK_N)
+        coded = (tokens < split_end) & (tokens >= SINK_TOKENS)
+        m_i, l_i, acc = attend_coded_tile(
+            q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+            key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+            True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+        )
+
+    has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
+    normalized = acc / tl.where(has_tokens, l_i, 1.0)[:, None]  # [GROUP_PAD, D]
+    if SINGLE_SPLIT:
+        out_ptrs = out_ptr + seq.to(tl.int64) * stride_out_seq + q_heads[:, None] * stride_out_head + dims[None, :]
+        tl.store(out_ptrs, normalized, mask=row_valid[:, None])
+    else:
+        head_base = seq.to(tl.int64) * stride_po_seq + q_heads * stride_po_head + split * stride_po_split
+        tl.store(partial_out_ptr + head_base[:, None] + dims[None, :], normalized, mask=row_valid[:, None])
+        lse = tl.where(has_tokens, m_i + tl.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
+        lse_ptrs = partial_lse_ptr + seq.to(tl.int64) * stride_pl_seq + q_heads * stride_pl_head + split
+        tl.store(lse_ptrs, lse, mask=row_valid)
+
+
+def tkv_paged_decode_attention(
+    query: torch.Tensor,
+    layer: TkvLayerTensors,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    softmax_scale: float,
+    max_seq_len: int | None = None,
+    num_splits: int | None = None,
+    tiles: DecodeTiles = DecodeTiles(),
+    compute_dtype: torch.dtype = torch.float16,
+) -> torch.Tensor:
+    """Attention acc [B, Hq, D] (float32, value code space) of q' [B, Hq, D] over each sequence's first
+    seq_lens[b] positions of `layer`'s TKV pools (the new token already written by write_tkv_cache).
+
+    query: q' = (H q) / s_k in float32, float16 or bfloat16; block_tables [B, max_blocks] int32; seq_lens [B]
+    int32 (0 gives a zero row). max_seq_len / num_splits / tiles: as paged_decode_attention (pass both to make
+    no host sync, e.g. under a CUDA graph). compute_dtype: the dtype decoded tiles and q' enter the dots in
+    (float16: tensor cores, float32: exact products, slow).
+    """
+    _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
+    require_compute_dtype(compute_dtype)
+    require_dtype("query", query, (torch.float32, torch.float16, torch.bfloat16))
+    require_shape("query", query, {"num_seqs": seq_lens.shape[0], "num_heads": None, "head_dim": head_dim})
+    require_unit_last_stride("query", query)
+    num_seqs, num_heads, _ = query.shape
+    if num_heads % num_kv_heads:
+        raise ValueError(f"query: num_heads {num_heads} must be a multiple of num_kv_heads {num_kv_heads}")
+    require_dtype("seq_lens", seq_lens, (torch.int32,))
+    require_unit_last_stride("seq_lens", seq_lens)
+    require_dtype("block_tables", block_tables, (torch.int32,))
+    require_shape("block_tables", block_tables, {"num_seqs": num_seqs, "max_blocks_per_seq": None})
+    require_unit_last_stride("block_tables", block_tables)
+    require_positive_scale("softmax_scale", softmax_scale)
+    require_same_device({"query": query, "layer": layer.key_codes, "block_tables": block_tables, "seq_lens": seq_lens})
+    output = torch.empty(query.shape, dtype=torch.float32, device=query.device)
+    if num_seqs == 0:
+        return output
+    if max_seq_len is None:
+        max_seq_len = int(seq_lens.max().item())
+    if max_seq_len < 0:
+        raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
+    if num_splits is None:
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, _multiprocessor_count(query.device))
+    if not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
+
+    tokens_per_split = triton.cdiv(triton.cdiv(max(max_seq_len, 1), num_splits), tiles.block_n) * tiles.block_n
+    single_split = num_splits == 1
+    partial_out = torch.empty(
+        (num_seqs, num_heads, num_splits, head_dim) if not single_split else (1, 1, 1, 1),
+        dtype=torch.float32, device=query.device,
+    )
+    partial_lse = torch.empty(
+        (num_seqs, num_heads, num_splits) if not single_split else (1, 1, 1), dtype=torch.float32,
+        device=query.device,
+    )
+    _tkv_decode_partition_kernel[(num_seqs, num_kv_heads, num_splits)](
+        query, code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        code_words(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        block_tables, seq_lens, output, partial_out, partial_lse,
+        softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
+        query.stride(0), query.stride(1), block_tables.stride(0),
+        output.stride(0), output.stride(1),
+        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+        partial_lse.stride(0), partial_lse.stride(1),
+        KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
+        SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
+        GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
+        DOT_PRECISION=compute_precision(compute_dtype), num_warps=tiles.num_warps,
+    )
+    if not single_split:
+        _decode_merge_kernel[(num_seqs, num_heads)](
+            partial_out, partial_lse, output, num_splits,
+            partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+            partial_lse.stride(0), partial_lse.stride(1),
+            output.stride(0), output.stride(1),
+            HEAD_DIM=head_dim, SPLIT_PAD=next_power_of_two(num_splits), num_warps=4,
+        )
+    return output

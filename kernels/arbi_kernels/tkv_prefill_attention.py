@@ -1,0 +1,198 @@
+"""Paged prefill/extend attention over a TKV cache: the new tokens of a varlen batch attend causally to their
+cached prefix and to each other, every key and value decoded from its codes in registers.
+
+The launch mirrors the bf16 kernel (prefill_attention.py): a program takes BLOCK_M consecutive new q' rows of
+one sequence and one query head. Its tiles come in three runs: the sink prefix (positions below sink_tokens,
+from the fp16 sink pool, causally masked), the coded tiles wholly before the program's first query (no mask,
+except the first tiles where they overlap the sink prefix), and the coded tiles up to the diagonal (causal
+mask). Rows never see an all-masked first tile: the sink tile shows every row position 0, and without sinks
+the first masked tile starts at a key every row may see. The new tokens must already be written.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from arbi_kernels.attention_core import LOG2_E
+from arbi_kernels.checks import (
+    require_dtype,
+    require_positive_scale,
+    require_same_device,
+    require_shape,
+    require_unit_last_stride,
+)
+from arbi_kernels.prefill_attention import PrefillTiles
+from arbi_kernels.tkv_core import (
+    TkvLayerTensors,
+    attend_coded_tile,
+    attend_sink_tile,
+    code_words,
+    compute_precision,
+    require_compute_dtype,
+    sink_tile_size,
+    triton_dtype,
+    validate_tkv_layer,
+)
+
+
+def default_tkv_prefill_tiles(head_dim: int) -> PrefillTiles:
+    """Shapes that compile without register spills for sm_90 (ptxas, K4V4 and K6V6): decoding a K and a V tile
+    needs more registers than bf16 loads, so head_dim 128 takes 8 warps where bf16 takes 4."""
+    if head_dim <= 64:
+        return PrefillTiles(block_m=64, block_n=64, num_warps=4)
+    return PrefillTiles(block_m=64, block_n=64 if head_dim <= 128 else 32, num_warps=8)
+
+
+@triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
+def _tkv_prefill_kernel(
+    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
+    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr,
+    block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
+    qk_scale, group_size, num_kv_heads,
+    stride_q_token, stride_q_head, stride_bt_seq, stride_out_token, stride_out_head,
+    KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
+    SINK_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    query_tile = tl.program_id(0)
+    seq = tl.program_id(1)
+    q_head = tl.program_id(2)
+    q_begin = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_begin
+    tile_first_row = query_tile * BLOCK_M
+    if tile_first_row >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    prefix_len = seq_len - q_len  # cached positions before this step's queries
+
+    rows = tile_first_row + tl.arange(0, BLOCK_M)
+    row_valid = rows < q_len
+    q_positions = prefix_len + rows  # [BLOCK_M] absolute positions of the queries
+    dims = tl.arange(0, HEAD_DIM)
+    token_rows = (q_begin + rows).to(tl.int64)
+    q = tl.load(
+        q_ptr + token_rows[:, None] * stride_q_token + q_head * stride_q_head + dims[None, :],
+        mask=row_valid[:, None], other=0.0,
+    ).to(tl.float32)
+    q = (q * qk_scale).to(COMPUTE_DTYPE)  # q: [BLOCK_M, D], pre-scaled so fp16 keeps its range
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    block_table_row = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq
+    kv_head = q_head // group_size
+    offsets_n = tl.arange(0, BLOCK_N)
+
+    first_query = prefix_len + tile_first_row
+    coded_start = 0
+    if SINK_TOKENS > 0:
+        tokens = tl.arange(0, SINK_PAD)
+        in_sink = (tokens < SINK_TOKENS) & (tokens < seq_len)
+        sink_visible = in_sink[None, :] & (tokens[None, :] <= q_positions[:, None])  # [BLOCK_M, SINK_PAD]
+        m_i, l_i, acc = attend_sink_tile(
+            q, tokens, sink_visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+            key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+        )
+        # Tiles overlapping the sink prefix: mask the sink positions out (and the causal part, if any).
+        coded_start = tl.minimum((SINK_TOKENS + BLOCK_N - 1) // BLOCK_N * BLOCK_N, seq_len)
+        for tile_start in range(0, coded_start, BLOCK_N):
+            keys = tile_start + offsets_n
+            coded = (keys >= SINK_TOKENS) & (keys < seq_len)
+            visible = coded[None, :] & (keys[None, :] <= q_positions[:, None])
+            m_i, l_i, acc = attend_coded_tile(
+                q, keys, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+                key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            )
+
+    # Whole tiles before the first query are visible to every row: no mask.
+    unmasked_end = tl.maximum((first_query // BLOCK_N) * BLOCK_N, coded_start)
+    for tile_start in range(coded_start, unmasked_end, BLOCK_N):
+        keys = tile_start + offsets_n
+        m_i, l_i, acc = attend_coded_tile(
+            q, keys, row_valid[:, None], keys < unmasked_end, block_table_row, kv_head, num_kv_heads, m_i, l_i,
+            acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+            False, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+        )
+
+    # Up to the tile's last query: the causal mask applies.
+    causal_end = tl.minimum(seq_len, first_query + BLOCK_M)
+    for tile_start in range(unmasked_end, causal_end, BLOCK_N):
+        keys = tile_start + offsets_n
+        coded = keys < seq_len
+        visible = (keys[None, :] <= q_positions[:, None]) & coded[None, :]  # [BLOCK_M, BLOCK_N]
+        m_i, l_i, acc = attend_coded_tile(
+            q, keys, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+            key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+            True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+        )
+
+    output = acc / l_i[:, None]
+    out_ptrs = out_ptr + token_rows[:, None] * stride_out_token + q_head * stride_out_head + dims[None, :]
+    tl.store(out_ptrs, output, mask=row_valid[:, None])
+
+
+def tkv_paged_prefill_attention(
+    query: torch.Tensor,
+    layer: TkvLayerTensors,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    softmax_scale: float,
+    max_query_len: int | None = None,
+    tiles: PrefillTiles | None = None,
+    compute_dtype: torch.dtype = torch.float16,
+) -> torch.Tensor:
+    """Causal attention acc [T, Hq, D] (float32, value code space) of the new tokens' q' [T, Hq, D].
+
+    query_start_loc: [B+1] int32 offsets of each sequence's new tokens; seq_lens: [B] int32 context length
+    after this step; block_tables [B, max_blocks] int32. The new tokens' K/V must already be written
+    (write_tkv_cache). max_query_len: an upper bound on new tokens per sequence (None reads it: a device sync).
+    tiles: None takes default_tkv_prefill_tiles(head_dim). compute_dtype: as tkv_paged_decode_attention.
+    """
+    _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
+    require_compute_dtype(compute_dtype)
+    num_seqs = seq_lens.shape[0]
+    require_dtype("query", query, (torch.float32, torch.float16, torch.bfloat16))
+    require_shape("query", query, {"num_tokens": None, "num_heads": None, "head_dim": head_dim})
+    num_tokens, num_heads, _ = query.shape
+    if num_heads % num_kv_heads:
+        raise ValueError(f"query: num_heads {num_heads} must be a multiple of num_kv_heads {num_kv_heads}")
+    for name, tensor in (("seq_lens", seq_lens), ("query_start_loc", query_start_loc), ("block_tables", block_tables)):
+        require_dtype(name, tensor, (torch.int32,))
+    require_shape("seq_lens", seq_lens, {"num_seqs": None})
+    require_shape("query_start_loc", query_start_loc, {"num_seqs_plus_one": num_seqs + 1})
+    require_shape("block_tables", block_tables, {"num_seqs": num_seqs, "max_blocks_per_seq": None})
+    for name, tensor in (("query", query), ("seq_lens", seq_lens), ("query_start_loc", query_start_loc),
+                         ("block_tables", block_tables)):
+        require_unit_last_stride(name, tensor)
+    require_positive_scale("softmax_scale", softmax_scale)
+    require_same_device({"query": query, "layer": layer.key_codes, "block_tables": block_tables,
+                         "query_start_loc": query_start_loc, "seq_lens": seq_lens})
+    output = torch.empty(query.shape, dtype=torch.float32, device=query.device)
+    if num_tokens == 0 or num_seqs == 0:
+        return output
+    if max_query_len is None:
+        max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max().item())
+    if not 0 <= max_query_len <= num_tokens:
+        raise ValueError(f"max_query_len: must be in [0, num_tokens={num_tokens}], got {max_query_len}")
+    if max_query_len == 0:
+        return output
+
+    tiles = tiles or default_tkv_prefill_tiles(head_dim)
+    grid = (triton.cdiv(max_query_len, tiles.block_m), num_seqs, num_heads)
+    _tkv_prefill_kernel[grid](
+        query, code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        code_words(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        block_tables, query_start_loc, seq_lens, output,
+        softmax_scale * LOG2_E, num_heads // num_kv_heads, num_kv_heads,
+        query.stride(0), query.stride(1), block_tables.stride(0), output.stride(0), output.stride(1),
+        KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
+        SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens), HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        COMPUTE_DTYPE=triton_dtype(compute_dtype), DOT_PRECISION=compute_precision(compute_dtype),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+    )
+    return output

@@ -1,0 +1,126 @@
+"""Random TKV layers and batches for the TKV kernel tests and benchmark.
+
+A layer gets random calibration transforms (positive channel scales, shifts) and pools full of finite noise,
+so every unread slot holds garbage; a batch then encodes random model-space K/V for every context position of
+its sequences through the codec's torch reference, over random non-contiguous block tables. Keys carry a few
+large constant channels, as post-RoPE keys do, and each sequence's first token is an outlier (the sink).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
+from arbi_kernels.testing import BatchShape, random_paged_batch
+from arbi_kernels.tkv_reference import write_tkv_cache_reference
+
+
+@dataclass(frozen=True)
+class TkvShape:
+    """Head layout, paging and encoding of a random TKV layer."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    key_bits: int
+    value_bits: int
+    group_size: int = 32
+    sink_tokens: int = 1
+    rotate: bool = True
+
+
+@dataclass(frozen=True)
+class TkvBatch:
+    """A varlen batch over a filled TKV layer; `query` is q' (already in the key code space), float32."""
+
+    query: torch.Tensor  # [T, Hq, D]
+    layer: TkvLayerStorage
+    block_tables: torch.Tensor  # [B, max_blocks] int32
+    query_start_loc: torch.Tensor  # [B + 1] int32
+    seq_lens: torch.Tensor  # [B] int32
+    softmax_scale: float
+
+
+def _randn(size: tuple[int, ...], generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
+    return torch.randn(size, generator=generator, device=generator.device).to(device)
+
+
+def random_tkv_layer(
+    shape: TkvShape, num_blocks: int, device: torch.device | str, generator: torch.Generator
+) -> TkvLayerStorage:
+    """A layer with random transforms whose pools hold finite noise (codes, scales, zeros and sinks)."""
+    heads, dim, group = shape.num_kv_heads, shape.head_dim, shape.group_size
+    slots = (num_blocks, shape.page_size, heads)
+
+    def noise_codes(bits: int) -> torch.Tensor:
+        size = (*slots, dim * bits // 8)
+        return torch.randint(0, 256, size, generator=generator, device=generator.device, dtype=torch.uint8).to(device)
+
+    def noise_metadata(low: float, high: float) -> torch.Tensor:
+        uniform = torch.rand((*slots, dim // group), generator=generator, device=generator.device)
+        return (low + (high - low) * uniform).to(device=device, dtype=torch.float16)
+
+    def noise_sink() -> torch.Tensor:
+        return _randn((num_blocks, shape.sink_tokens, heads, dim), generator, device).to(torch.float16)
+
+    def channel_scale() -> torch.Tensor:
+        return torch.exp(0.3 * _randn((heads, dim), generator, device))
+
+    return TkvLayerStorage(
+        key_codes=noise_codes(shape.key_bits), key_scale=noise_metadata(0.01, 0.2), key_zero=noise_metadata(-3, 0),
+        value_codes=noise_codes(shape.value_bits), value_scale=noise_metadata(0.01, 0.2),
+        value_zero=noise_metadata(-3, 0), key_sink=noise_sink(), value_sink=noise_sink(),
+        key_bits=shape.key_bits, value_bits=shape.value_bits, group_size=group, sink_tokens=shape.sink_tokens,
+        block_size=shape.page_size, rotate=shape.rotate,
+        key_channel_scale=channel_scale(), key_shift=0.5 * _randn((heads, dim), generator, device),
+        value_channel_scale=channel_scale(), value_shift=0.2 * _randn((heads, dim), generator, device),
+    )
+
+
+def random_model_space_kv(
+    positions: torch.Tensor, num_kv_heads: int, head_dim: int, device: torch.device | str, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys/values [T, Hkv, D] float32: keys with 4 large constant channels, position 0 an outlier."""
+    size = (positions.shape[0], num_kv_heads, head_dim)
+    keys, values = _randn(size, generator, device), _randn(size, generator, device)
+    keys[..., :4] += 6.0
+    outlier = (positions == 0).to(device)[:, None, None]
+    return torch.where(outlier, 8.0 * keys, keys), torch.where(outlier, 4.0 * values, values)
+
+
+def random_tkv_batch(
+    shape: TkvShape,
+    query_lens: list[int],
+    seq_lens: list[int],
+    device: torch.device | str,
+    generator: torch.Generator,
+) -> TkvBatch:
+    """Sequence b has seq_lens[b] encoded positions, the last query_lens[b] of which are its queries."""
+    paged = random_paged_batch(
+        BatchShape(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.page_size, torch.float32),
+        query_lens, seq_lens, device, generator,
+    )
+    layer = random_tkv_layer(shape, paged.key_cache.shape[0], device, generator)
+    positions = torch.cat([torch.arange(length) for length in seq_lens]).to(device)  # [sum(seq_lens)]
+    sequences = torch.repeat_interleave(torch.arange(len(seq_lens)), torch.tensor(seq_lens)).to(device)
+    block_ids = paged.block_tables.long()[sequences, positions // shape.page_size]
+    keys, values = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, device, generator)
+    write_tkv_cache_reference(keys, values, positions, block_ids * shape.page_size + positions % shape.page_size, layer)
+    return TkvBatch(
+        query=paged.query, layer=layer, block_tables=paged.block_tables, query_start_loc=paged.query_start_loc,
+        seq_lens=paged.seq_lens, softmax_scale=paged.softmax_scale,
+    )
+
+
+def assert_tkv_close(actual: torch.Tensor, expected: torch.Tensor, compute_dtype: torch.dtype) -> None:
+    """A TKV kernel's float32 output against the reference. float32 tiles: exact products, so a tight bound.
+    float16 tiles round q' and every decoded value once (relative 2^-11) and the softmax weights before the
+    value dot: scores of large logits move by ~1e-3 of their size, so the bound scales with the output."""
+    if compute_dtype == torch.float32:
+        torch.testing.assert_close(actual, expected, atol=5e-5, rtol=5e-5)
+        return
+    scale = max(1.0, float(expected.abs().max()))
+    torch.testing.assert_close(actual, expected, atol=2.5e-3 * scale, rtol=0.0)

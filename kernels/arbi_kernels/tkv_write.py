@@ -1,0 +1,178 @@
+"""TKV write by slot: encode this step's model-space K and V into the paged code pools (quantize on write).
+
+Per head vector, exactly as arbi_grpc.kv_codec encodes it: Hadamard rotation (a log2(D) butterfly in float32,
+the same additions in the same order as the torch reference), the calibrated channel transform (y - m) * s,
+then per group of G channels an fp16 zero rounded down from the minimum, an fp16 step rounded up from
+(max - zero) / (2^bits - 1) and raised to at least SMALLEST_STEP, codes round((z - zero) / step) half to even,
+densely packed. Positions below `sink_tokens` also store z itself (fp16) in the sink pool. One program encodes
+BLOCK_T tokens of one kv head; a negative slot (padding) is skipped.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from arbi_kernels.checks import require_dtype, require_same_device, require_shape, require_unit_last_stride
+from arbi_kernels.tkv_core import TkvLayerTensors, code_words, validate_tkv_layer
+
+SMALLEST_STEP = tl.constexpr(2.0**-14)
+"""Smallest fp16 normal: the floor of a group's step (arbi_grpc.kv_codec.quantize.SMALLEST_STEP)."""
+TOKENS_PER_PROGRAM = 16
+
+
+@triton.jit
+def _hadamard_rows(x, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr):
+    """Normalized Walsh-Hadamard transform of each row of x [ROWS, D] (D a power of two), in float32."""
+    for stage in tl.static_range(LOG2_HEAD_DIM):
+        pairs = tl.reshape(x, [ROWS * HEAD_DIM // (2 << stage), 2, 1 << stage])  # [.., 2, half] (half = 2^stage)
+        pairs = tl.permute(pairs, (0, 2, 1))  # [.., half, 2]
+        low, high = tl.split(pairs)
+        x = tl.reshape(tl.permute(tl.join(low + high, low - high), (0, 2, 1)), [ROWS, HEAD_DIM])
+    return x * (HEAD_DIM**-0.5)
+
+
+@triton.jit
+def _round_fp16(values, UP: tl.constexpr):
+    """float32 -> float16, moved one ulp up (UP) or down where round-to-nearest went the other way."""
+    rounded = values.to(tl.float16)
+    bits = rounded.to(tl.int16, bitcast=True)
+    if UP:
+        wrong_way = rounded.to(tl.float32) < values
+        stepped = tl.where(rounded == 0, 1, tl.where(rounded > 0, bits + 1, bits - 1))
+    else:
+        wrong_way = rounded.to(tl.float32) > values
+        stepped = tl.where(rounded == 0, -32767, tl.where(rounded > 0, bits - 1, bits + 1))  # -32767: 0x8001
+    return tl.where(wrong_way, stepped.to(tl.int16).to(tl.float16, bitcast=True), rounded)
+
+
+@triton.jit
+def _round_half_even(x):
+    """torch.round on float32 (ties to even), from floor alone."""
+    floor = tl.floor(x)
+    fraction = x - floor
+    odd = (floor - 2.0 * tl.floor(floor * 0.5)) == 1.0
+    return floor + tl.where((fraction > 0.5) | ((fraction == 0.5) & odd), 1.0, 0.0)
+
+
+@triton.jit
+def _encode_head_vectors(
+    x_ptr, stride_token, kv_head, stride_head, tokens, keep, slots, positions, num_kv_heads,
+    channel_scale_ptr, shift_ptr, codes_ptr, scale_ptr, zero_ptr, sink_ptr,
+    BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    SINK_TOKENS: tl.constexpr, ROTATE: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
+):
+    dims = tl.arange(0, HEAD_DIM)
+    x = tl.load(x_ptr + tokens.to(tl.int64)[:, None] * stride_token + kv_head * stride_head + dims[None, :],
+                mask=keep[:, None], other=0.0).to(tl.float32)  # [BLOCK_T, D]
+    if ROTATE:
+        x = _hadamard_rows(x, BLOCK_T, HEAD_DIM, LOG2_HEAD_DIM)
+    shift = tl.load(shift_ptr + kv_head * HEAD_DIM + dims)
+    channel_scale = tl.load(channel_scale_ptr + kv_head * HEAD_DIM + dims)
+    z = (x - shift[None, :]) * channel_scale[None, :]  # the code space
+
+    top_code: tl.constexpr = (1 << BITS) - 1
+    groups = tl.reshape(z, [BLOCK_T, HEAD_DIM // GROUP, GROUP])
+    zero = _round_fp16(tl.min(groups, axis=2), False)  # [BLOCK_T, D/G] fp16
+    step = tl.math.div_rn(tl.max(groups, axis=2) - zero.to(tl.float32), tl.full([1], top_code, tl.float32))
+    scale = _round_fp16(tl.maximum(step, SMALLEST_STEP), True)
+    codes = _round_half_even(tl.math.div_rn(groups - zero.to(tl.float32)[:, :, None],
+                                            scale.to(tl.float32)[:, :, None]))
+    codes = tl.minimum(tl.maximum(codes, 0.0), top_code).to(tl.int32)  # [BLOCK_T, D/G, G]
+
+    vectors = slots * num_kv_heads + kv_head  # [BLOCK_T] int64
+    group_index = tl.arange(0, HEAD_DIM // GROUP)
+    metadata_offsets = vectors[:, None] * (HEAD_DIM // GROUP) + group_index[None, :]
+    tl.store(scale_ptr + metadata_offsets, scale, mask=keep[:, None])
+    tl.store(zero_ptr + metadata_offsets, zero, mask=keep[:, None])
+
+    word_type: tl.constexpr = tl.int32 if BITS * 8 <= 32 else tl.int64
+    octet_codes = tl.reshape(codes, [BLOCK_T, HEAD_DIM // 8, 8]).to(word_type)
+    shifts = (tl.arange(0, 8) * BITS).to(word_type)
+    words = tl.sum(octet_codes << shifts[None, None, :], axis=2)  # [BLOCK_T, D/8]: disjoint bit fields
+    octets = tl.arange(0, HEAD_DIM // 8)
+    if BITS == 2 or BITS == 4 or BITS == 8:  # codes_ptr is the pool viewed as int16 / int32 / int64
+        word_offsets = vectors[:, None] * (HEAD_DIM // 8) + octets[None, :]
+        tl.store(codes_ptr + word_offsets, words.to(codes_ptr.dtype.element_ty), mask=keep[:, None])
+    else:
+        byte_offsets = vectors[:, None] * (HEAD_DIM * BITS // 8) + octets[None, :] * BITS
+        for byte in tl.static_range(BITS):
+            tl.store(codes_ptr + byte_offsets + byte, ((words >> (8 * byte)) & 255).to(tl.uint8), mask=keep[:, None])
+
+    if SINK_TOKENS > 0:
+        is_sink = keep & (positions < SINK_TOKENS)
+        sink_rows = ((slots // PAGE_SIZE) * SINK_TOKENS + positions) * num_kv_heads + kv_head  # block holding p
+        tl.store(sink_ptr + sink_rows[:, None] * HEAD_DIM + dims[None, :], z.to(tl.float16), mask=is_sink[:, None])
+
+
+@triton.jit(do_not_specialize=["num_tokens", "num_kv_heads"])
+def _tkv_write_kernel(
+    key_ptr, value_ptr, positions_ptr, slot_mapping_ptr,
+    key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_channel_scale_ptr, key_shift_ptr,
+    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_channel_scale_ptr, value_shift_ptr,
+    num_tokens, num_kv_heads,
+    stride_key_token, stride_key_head, stride_value_token, stride_value_head,
+    KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, SINK_TOKENS: tl.constexpr, ROTATE: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    kv_head = tl.program_id(1)
+    in_range = tokens < num_tokens
+    slots = tl.load(slot_mapping_ptr + tokens, mask=in_range, other=-1)  # [BLOCK_T] int64
+    keep = in_range & (slots >= 0)
+    positions = tl.load(positions_ptr + tokens, mask=keep, other=0)
+    _encode_head_vectors(
+        key_ptr, stride_key_token, kv_head, stride_key_head, tokens, keep, slots, positions, num_kv_heads,
+        key_channel_scale_ptr, key_shift_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
+        KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
+    )
+    _encode_head_vectors(
+        value_ptr, stride_value_token, kv_head, stride_value_head, tokens, keep, slots, positions, num_kv_heads,
+        value_channel_scale_ptr, value_shift_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr,
+        VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
+    )
+
+
+def write_tkv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    positions: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    layer: TkvLayerTensors,
+) -> None:
+    """Encode key/value [T, Hkv, D] (model space, after RoPE; fp32, fp16 or bf16) into `layer`'s pools in place.
+
+    positions: [T] int64 sequence positions (those below layer.sink_tokens also fill the sink pool);
+    slot_mapping: [T] int64 flat slots (block_id * block_size + offset), negative = skip. Inputs must lie in
+    fp16 range after the channel transform. Slots past the pool are not checked (no device sync).
+    """
+    _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
+    require_dtype("key", key, (torch.float32, torch.float16, torch.bfloat16))
+    require_shape("key", key, {"num_tokens": None, "num_kv_heads": num_kv_heads, "head_dim": head_dim})
+    require_shape("value", value, dict(zip(("num_tokens", "num_kv_heads", "head_dim"), key.shape)))
+    require_dtype("value", value, (key.dtype,))
+    for name, tensor in (("key", key), ("value", value), ("positions", positions), ("slot_mapping", slot_mapping)):
+        require_unit_last_stride(name, tensor)
+    for name, tensor in (("positions", positions), ("slot_mapping", slot_mapping)):
+        require_dtype(name, tensor, (torch.int64,))
+        require_shape(name, tensor, {"num_tokens": key.shape[0]})
+    require_same_device({"key": key, "value": value, "positions": positions, "slot_mapping": slot_mapping,
+                         "layer": layer.key_codes})
+    num_tokens = key.shape[0]
+    if num_tokens == 0:
+        return
+    _tkv_write_kernel[(triton.cdiv(num_tokens, TOKENS_PER_PROGRAM), num_kv_heads)](
+        key, value, positions, slot_mapping,
+        code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        layer.key_channel_scale, layer.key_shift,
+        code_words(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        layer.value_channel_scale, layer.value_shift,
+        num_tokens, num_kv_heads,
+        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, HEAD_DIM=head_dim, GROUP=layer.group_size,
+        PAGE_SIZE=page_size, SINK_TOKENS=layer.sink_tokens, ROTATE=bool(layer.rotate),
+        LOG2_HEAD_DIM=head_dim.bit_length() - 1, BLOCK_T=TOKENS_PER_PROGRAM,
+        num_warps=4,
+    )

@@ -1,0 +1,101 @@
+"""TKV paged decode attention against the torch reference: bits, GQA groups, pages, splits, sinks, ragged contexts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from arbi_kernels import tkv_paged_decode_attention
+from arbi_kernels.decode_attention import DecodeTiles
+from arbi_kernels.tkv_reference import tkv_paged_decode_attention_reference
+from arbi_kernels.tkv_testing import TkvBatch, TkvShape, assert_tkv_close, random_tkv_batch
+
+
+def _check(batch: TkvBatch, query: torch.Tensor, compute_dtype: torch.dtype, **kwargs) -> torch.Tensor:
+    actual = tkv_paged_decode_attention(
+        query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale, compute_dtype=compute_dtype,
+        **kwargs,
+    )
+    expected = tkv_paged_decode_attention_reference(
+        query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale
+    )
+    assert_tkv_close(actual, expected, compute_dtype)
+    return actual
+
+
+@pytest.mark.parametrize(
+    ("key_bits", "value_bits", "group_size", "page_size", "num_splits", "sink_tokens", "compute_dtype"),
+    [
+        (4, 4, 1, 16, 1, 1, torch.float32),
+        (3, 5, 4, 32, 3, 2, torch.float32),
+        (2, 8, 8, 16, 2, 0, torch.float16),
+        (6, 6, 3, 32, 4, 1, torch.float16),
+        (8, 3, 4, 16, 2, 4, torch.float32),
+    ],
+)
+def test_matches_reference_on_ragged_batch(
+    key_bits, value_bits, group_size, page_size, num_splits, sink_tokens, compute_dtype, device, generator
+):
+    seq_lens = [1, *torch.randint(2, 160, (2,), generator=generator).tolist()]
+    shape = TkvShape(2 * group_size, 2, 64, page_size, key_bits, value_bits, 16, sink_tokens)
+    batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
+    _check(batch, batch.query, compute_dtype, num_splits=num_splits)
+
+
+def test_sink_prefix_spans_splits_and_tiles(device, generator):
+    """20 sink positions with 16-token splits: splits 0 and 1 both read sinks, split 1 also codes."""
+    shape = TkvShape(4, 1, 64, 32, 4, 4, 32, sink_tokens=20)
+    seq_lens = [5, 20, int(torch.randint(21, 100, (1,), generator=generator))]
+    batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
+    _check(batch, batch.query, torch.float32, num_splits=7, tiles=DecodeTiles(block_n=16))
+
+
+def test_head_dim_128_and_16bit_queries(device, generator):
+    shape = TkvShape(8, 2, 128, 16, 4, 2, 32, 1)
+    batch = random_tkv_batch(shape, [1] * 2, torch.randint(1, 100, (2,), generator=generator).tolist(), device,
+                             generator)
+    for dtype in (torch.float16, torch.bfloat16):
+        _check(batch, batch.query.to(dtype), torch.float16, num_splits=2)
+
+
+def test_zero_length_sequence_gives_zeros(device, generator):
+    shape = TkvShape(4, 2, 64, 16, 4, 4)
+    batch = random_tkv_batch(shape, [1, 0], [40, 0], device, generator)
+    query = torch.randn((2, 4, 64), generator=generator).to(device)
+    for num_splits in (1, 2):
+        output = _check(batch, query, torch.float32, num_splits=num_splits)
+        assert torch.count_nonzero(output[1]) == 0
+        assert torch.count_nonzero(output[0]) > 0
+
+
+def test_strided_query_view(device, generator):
+    shape = TkvShape(6, 2, 64, 16, 5, 3)
+    batch = random_tkv_batch(shape, [1, 1], torch.randint(1, 100, (2,), generator=generator).tolist(), device,
+                             generator)
+    fused = torch.randn((2, 10 * 64), generator=generator).to(device)
+    _check(batch, fused[:, : 6 * 64].view(2, 6, 64), torch.float32, num_splits=2)
+
+
+def test_rejects_bad_arguments(device, generator):
+    shape = TkvShape(4, 2, 64, 16, 4, 4)
+    batch = random_tkv_batch(shape, [1, 1], [3, 5], device, generator)
+    arguments = {
+        "query": batch.query, "layer": batch.layer, "block_tables": batch.block_tables, "seq_lens": batch.seq_lens,
+        "softmax_scale": batch.softmax_scale,
+    }
+    cases = [
+        ({"query": batch.query[:, :3]}, "num_heads 3 must be a multiple of num_kv_heads 2"),
+        ({"query": batch.query[:1]}, r"query: expected shape \[num_seqs=2"),
+        ({"query": batch.query.int()}, "query: dtype"),
+        ({"block_tables": batch.block_tables.long()}, "block_tables: dtype"),
+        ({"seq_lens": batch.seq_lens.long()}, "seq_lens: dtype"),
+        ({"softmax_scale": -1.0}, "softmax_scale"),
+        ({"layer": dataclasses.replace(batch.layer, value_bits=8)}, "value_codes: expected shape"),
+        ({"num_splits": 0}, "num_splits"),
+        ({"compute_dtype": torch.bfloat16}, "compute_dtype"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            tkv_paged_decode_attention(**(arguments | change))

@@ -1,0 +1,87 @@
+"""TKV paged prefill/extend attention against the torch reference: cached prefixes, sinks inside and beyond the
+first tile, GQA, bits, and the write kernel feeding attention as the engine runs it (write first, then attend)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from arbi_kernels import tkv_paged_decode_attention, tkv_paged_prefill_attention, write_tkv_cache
+from arbi_kernels.prefill_attention import PrefillTiles
+from arbi_kernels.tkv_reference import (
+    tkv_paged_decode_attention_reference,
+    tkv_paged_prefill_attention_reference,
+)
+from arbi_kernels.tkv_testing import TkvBatch, TkvShape, assert_tkv_close, random_model_space_kv, random_tkv_batch
+
+SMALL_TILES = PrefillTiles(block_m=16, block_n=16, num_warps=4)
+
+
+def _check(batch: TkvBatch, compute_dtype: torch.dtype) -> None:
+    arguments = (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
+                 batch.softmax_scale)
+    actual = tkv_paged_prefill_attention(*arguments, tiles=SMALL_TILES, compute_dtype=compute_dtype)
+    assert_tkv_close(actual, tkv_paged_prefill_attention_reference(*arguments), compute_dtype)
+
+
+@pytest.mark.parametrize(
+    ("key_bits", "value_bits", "group_size", "sink_tokens", "compute_dtype"),
+    [(4, 4, 1, 1, torch.float32), (3, 6, 4, 0, torch.float32), (2, 5, 2, 3, torch.float16)],
+)
+def test_ragged_batch_with_cached_prefixes(key_bits, value_bits, group_size, sink_tokens, compute_dtype, device,
+                                           generator):
+    query_lens = [1, *torch.randint(2, 40, (2,), generator=generator).tolist()]
+    prefixes = [0, 0, int(torch.randint(1, 60, (1,), generator=generator))]
+    seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
+    shape = TkvShape(2 * group_size, 2, 64, 16, key_bits, value_bits, 16, sink_tokens)
+    _check(random_tkv_batch(shape, query_lens, seq_lens, device, generator), compute_dtype)
+
+
+def test_sink_prefix_longer_than_a_tile(device, generator):
+    """20 sink positions against 16-key tiles: queries inside the sink prefix, and a chunk just after it."""
+    shape = TkvShape(2, 1, 32, 32, 4, 4, 16, sink_tokens=20)
+    _check(random_tkv_batch(shape, [30, 6], [30, 26], device, generator), torch.float32)
+
+
+def test_write_then_attend_as_the_engine_does(device, generator):
+    """A prompt chunk is written by the kernel, attended by prefill, then one decode step follows."""
+    shape = TkvShape(4, 2, 64, 16, 4, 3, 32, sink_tokens=1)
+    prompt_len = 37
+    batch = random_tkv_batch(shape, [1], [prompt_len + 1], device, generator)  # a block table; pools are rewritten
+    layer, table = batch.layer, batch.block_tables
+    for start, end in ((0, prompt_len), (prompt_len, prompt_len + 1)):
+        positions = torch.arange(start, end, device=device)
+        slots = table[0].long()[positions // shape.page_size] * shape.page_size + positions % shape.page_size
+        key, value = random_model_space_kv(positions, 2, 64, device, generator)
+        write_tkv_cache(key, value, positions, slots, layer)
+        query = torch.randn((end - start, 4, 64), generator=generator).to(device)
+        seq_lens = torch.tensor([end], dtype=torch.int32, device=device)
+        if end - start > 1:
+            starts = torch.tensor([0, end - start], dtype=torch.int32, device=device)
+            arguments = (query, layer, table, starts, seq_lens, batch.softmax_scale)
+            actual = tkv_paged_prefill_attention(*arguments, tiles=SMALL_TILES, compute_dtype=torch.float32)
+            expected = tkv_paged_prefill_attention_reference(*arguments)
+        else:
+            arguments = (query, layer, table, seq_lens, batch.softmax_scale)
+            actual = tkv_paged_decode_attention(*arguments, num_splits=2, compute_dtype=torch.float32)
+            expected = tkv_paged_decode_attention_reference(*arguments)
+        assert_tkv_close(actual, expected, torch.float32)
+
+
+def test_rejects_bad_arguments(device, generator):
+    shape = TkvShape(4, 2, 64, 16, 4, 4)
+    batch = random_tkv_batch(shape, [2, 1], [3, 5], device, generator)
+    arguments = {
+        "query": batch.query, "layer": batch.layer, "block_tables": batch.block_tables,
+        "query_start_loc": batch.query_start_loc, "seq_lens": batch.seq_lens, "softmax_scale": batch.softmax_scale,
+    }
+    cases = [
+        ({"query_start_loc": batch.query_start_loc[:2]}, "query_start_loc: expected shape"),
+        ({"query_start_loc": batch.query_start_loc.long()}, "query_start_loc: dtype"),
+        ({"query": batch.query[:, :, :32]}, "query: expected shape"),
+        ({"max_query_len": 7}, "max_query_len"),
+        ({"compute_dtype": torch.int8}, "compute_dtype"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            tkv_paged_prefill_attention(**(arguments | change))

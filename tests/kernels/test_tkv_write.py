@@ -1,0 +1,111 @@
+"""TKV write by slot against arbi_grpc.kv_codec: every code, scale, zero and sink entry bit for bit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from arbi_kernels import write_tkv_cache
+from arbi_kernels.tkv_reference import write_tkv_cache_reference
+from arbi_kernels.tkv_testing import TkvShape, random_model_space_kv, random_tkv_layer
+
+POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")
+
+
+def _copy(layer):
+    return dataclasses.replace(layer, **{name: getattr(layer, name).clone() for name in POOLS})
+
+
+def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, generator):
+    num_blocks = num_tokens // shape.page_size + 3
+    layer = random_tkv_layer(shape, num_blocks, device, generator)
+    expected = _copy(layer)
+    slots = torch.randperm(num_blocks * shape.page_size, generator=generator)[:num_tokens]
+    slots[torch.randint(0, num_tokens, (2,), generator=generator)] = -1  # padding tokens
+    positions = torch.randint(0, 2 * shape.sink_tokens + 2, (num_tokens,), generator=generator)
+    positions[0] = 0
+    slots, positions = slots.to(device), positions.to(device)
+    key, value = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, device, generator)
+    key, value = key.to(dtype), value.to(dtype)
+    write_tkv_cache(key, value, positions, slots, layer)
+    write_tkv_cache_reference(key, value, positions, slots, expected)
+    return layer, expected
+
+
+@pytest.mark.parametrize(
+    ("key_bits", "value_bits", "head_dim", "group_size", "sink_tokens", "rotate", "dtype"),
+    [
+        (4, 4, 64, 32, 1, True, torch.bfloat16),
+        (3, 5, 64, 16, 2, True, torch.float16),
+        (2, 8, 32, 8, 0, False, torch.float32),
+        (6, 3, 64, 64, 4, True, torch.float32),
+        (8, 2, 128, 32, 1, True, torch.bfloat16),
+        (5, 6, 16, 8, 1, True, torch.float16),
+    ],
+)
+def test_matches_codec_bit_for_bit(key_bits, value_bits, head_dim, group_size, sink_tokens, rotate, dtype, device,
+                                   generator):
+    shape = TkvShape(4, 2, head_dim, 16, key_bits, value_bits, group_size, sink_tokens, rotate)
+    layer, expected = _write_both(shape, 37, dtype, device, generator)
+    for name in POOLS:
+        assert torch.equal(getattr(layer, name), getattr(expected, name)), name
+
+
+def test_strided_key_and_value_views(device, generator):
+    """K and V sliced out of a fused QKV projection are read through their strides."""
+    shape = TkvShape(4, 2, 64, 16, 4, 3)
+    layer = random_tkv_layer(shape, 4, device, generator)
+    expected = _copy(layer)
+    fused = torch.randn((20, 8, 64), generator=generator).to(device)
+    key, value = fused[:, 4:6], fused[:, 6:8]
+    positions = torch.arange(20, device=device)
+    slots = torch.arange(20, device=device) + 16
+    write_tkv_cache(key, value, positions, slots, layer)
+    write_tkv_cache_reference(key, value, positions, slots, expected)
+    for name in POOLS:
+        assert torch.equal(getattr(layer, name), getattr(expected, name)), name
+
+
+def test_only_positions_below_sink_tokens_touch_the_sink_pool(device, generator):
+    shape = TkvShape(2, 1, 32, 16, 4, 4, group_size=16, sink_tokens=2)
+    layer = random_tkv_layer(shape, 2, device, generator)
+    before = layer.key_sink.clone()
+    positions = torch.tensor([1, 2, 3], device=device)
+    slots = torch.tensor([17, 18, 19], device=device)  # block 1, offsets 1..3
+    key, value = random_model_space_kv(positions, 1, 32, device, generator)
+    write_tkv_cache(key, value, positions, slots, layer)
+    changed = (layer.key_sink != before).any(dim=-1).any(dim=-1)  # [num_blocks, sink_tokens]
+    assert changed.nonzero().tolist() == [[1, 1]]
+
+
+def _bad(layer, **changes):
+    return dataclasses.replace(layer, **changes)
+
+
+def test_rejects_bad_arguments(device, generator):
+    shape = TkvShape(2, 1, 32, 16, 4, 4, group_size=16, sink_tokens=1)
+    layer = random_tkv_layer(shape, 2, device, generator)
+    key = torch.zeros((3, 1, 32), device=device)
+    positions = torch.zeros(3, dtype=torch.int64, device=device)
+    slots = torch.zeros(3, dtype=torch.int64, device=device)
+    cases = [
+        ((key, key, positions, slots, _bad(layer, key_bits=3)), "key_codes: expected shape"),
+        ((key, key, positions, slots, _bad(layer, value_bits=7)), "value_bits: must be one of"),
+        ((key, key, positions, slots, _bad(layer, group_size=12)), "group_size"),
+        ((key, key, positions, slots, _bad(layer, sink_tokens=17)), "sink_tokens"),
+        ((key, key, positions, slots, _bad(layer, key_scale=layer.key_scale.float())), "key_scale: dtype"),
+        ((key, key, positions, slots, _bad(layer, value_codes=layer.value_codes.transpose(0, 1))),
+         "value_codes: expected shape"),
+        ((key, key, positions, slots, _bad(layer, key_zero=torch.zeros(2, 16, 1, 4, dtype=torch.float16,
+                                                                       device=device)[..., ::2])),
+         "key_zero: must be contiguous"),
+        ((key, key, positions.int(), slots, layer), "positions: dtype"),
+        ((key, key, positions, slots[:2], layer), "slot_mapping: expected shape"),
+        ((key, key.half(), positions, slots, layer), "value: dtype"),
+        ((key[:, :, :16], key[:, :, :16], positions, slots, layer), "key: expected shape"),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(ValueError, match=message):
+            write_tkv_cache(*arguments)
