@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.activation_profile import measure_activation_peak
 from arbi_grpc.memory.budget import (
     MemoryBudget,
@@ -56,20 +57,18 @@ def reserved_growth(action: Callable[[], None], device: torch.device) -> int:
 
 def measure_budget(
     model: CausalLM,
-    kv_cache: PagedKVCache,
+    kv_cache: PagedKVCache | TkvPagedKVCache,
     config: EngineConfig,
     kv_pool: KVPoolPlan,
     limit: MemoryLimit,
     *,
     cuda_graph_bytes: int = 0,
-    codec_scratch_bytes: int = 0,
 ) -> MemoryBudget:
     """Counts the loaded weights and the allocated pool, then profiles the largest step.
 
     On CUDA, capture the graphs first and pass `cuda_graph_bytes = reserved_growth(capture, device)`: capturing
     a graph empties the allocator's cache (torch.cuda.graph does), which would release the profile's cached
-    blocks if it came after. `codec_scratch_bytes` is what the KV codec holds outside the pool's blocks (0
-    without one).
+    blocks if it came after.
     """
     device = kv_cache.device
     if device.type not in ("cpu", "cuda"):
@@ -84,12 +83,22 @@ def measure_budget(
         weights_component(tensor_bytes([*model.parameters(), *model.buffers()]),
                           f"{num_parameters:,} parameters as loaded ({config.dtype})"),
         kv_cache_component(tensor_bytes([*kv_cache.key_caches, *kv_cache.value_caches]), kv_pool.detail),
-        codec_scratch_component(codec_scratch_bytes, codec_detail(config)),
+        codec_scratch_component(codec_tensor_bytes(kv_cache), codec_detail(config)),
         activations_component(measure_activation_peak(model, kv_cache, step), step_detail(step)),
     ]
     if device.type == "cuda":
         components += _cuda_components(components, cuda_graph_bytes, config, device)
     return MemoryBudget(device=config.device, method="measured", components=tuple(components), limit=limit)
+
+
+def codec_tensor_bytes(kv_cache: PagedKVCache | TkvPagedKVCache) -> int:
+    """What the KV codec keeps outside the pool's blocks: TKV's per-layer channel scales and shifts of keys and
+    values; nothing for a plain cache."""
+    if not isinstance(kv_cache, TkvPagedKVCache):
+        return 0
+    layers = [kv_cache.layer(index) for index in range(kv_cache.num_layers)]
+    return tensor_bytes(tensor for layer in layers for tensor in (
+        layer.key_channel_scale, layer.key_shift, layer.value_channel_scale, layer.value_shift))
 
 
 def _cuda_components(

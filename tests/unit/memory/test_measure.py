@@ -9,7 +9,10 @@ import torch
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.memory.budget import MemoryLimit
 from arbi_grpc.memory.kv_pool import plan_kv_pool
-from arbi_grpc.memory.measure import measure_budget, reserved_growth
+from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.memory.estimate import codec_scratch_bytes
+from arbi_grpc.memory.measure import codec_tensor_bytes, measure_budget, reserved_growth
 from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
 from tests.unit.memory.shapes import model_config
@@ -24,11 +27,11 @@ def test_cpu_budget_counts_the_tensors_and_the_profile() -> None:
     model = random_causal_lm(model_shape, torch.float32, "cpu", seed=0)
     cache = PagedKVCache.for_model(model_shape, num_blocks=pool.num_blocks, block_size=config.block_size,
                                    dtype=torch.float32, device="cpu")
-    budget = measure_budget(model, cache, config, pool, LIMIT, codec_scratch_bytes=123)
+    budget = measure_budget(model, cache, config, pool, LIMIT)
     assert [c.name for c in budget.components] == ["weights", "kv_cache", "codec_scratch", "activations"]
     assert budget.component("weights").num_bytes == sum(p.numel() * 4 for p in model.parameters())
     assert budget.component("kv_cache").num_bytes == pool.num_bytes
-    assert budget.component("codec_scratch").num_bytes == 123
+    assert budget.component("codec_scratch").num_bytes == 0  # no KV codec
     assert budget.component("activations").num_bytes >= 64 * model_shape.vocab_size * 4  # float32 logits
 
 
@@ -59,3 +62,13 @@ def test_cuda_graph_bytes_are_refused_on_the_cpu() -> None:
                                    dtype=torch.float32, device="cpu")
     with pytest.raises(ValueError, match="no CUDA graph"):
         measure_budget(model, cache, config, pool, LIMIT, cuda_graph_bytes=1)
+
+
+def test_tkv_codec_tensors_are_counted_as_estimated() -> None:
+    shape = model_config(num_hidden_layers=3, num_key_value_heads=2, num_attention_heads=4, hidden_size=128)
+    calibration = TkvCalibration.uniform("tkvfp1:test", TkvSpec(4, 4, 16, 1), shape.num_layers, shape.num_kv_heads,
+                                         shape.head_dim)
+    cache = TkvPagedKVCache(calibration, num_blocks=4, block_size=16, device="cpu")
+    counted = codec_tensor_bytes(cache)
+    assert counted == 4 * shape.num_layers * shape.num_kv_heads * shape.head_dim * 4  # scale and shift of K and V
+    assert counted == codec_scratch_bytes(EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle"), shape)
