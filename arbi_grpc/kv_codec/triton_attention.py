@@ -1,0 +1,73 @@
+"""The TKV attention backend on the Triton kernels: quantize this step's K/V into their slots (write_tkv_cache),
+transform the queries into the key code space, attend with the fused-dequantization decode or prefill kernel,
+and bring the output back from the value code space (attention_transforms, shared with the torch backend).
+
+It never reads a device value on the host: token positions (which the sink pool needs) are derived on the
+device from the metadata, and the decode split is sized from `metadata.max_seq_len`, so a decode step can run
+inside a CUDA graph as the bf16 Triton backend's does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.models.attention_metadata import AttentionMetadata
+
+
+def new_token_positions(metadata: AttentionMetadata) -> Tensor:
+    """Sequence position of each new token, [T] int64 on the metadata's device, without a host sync."""
+    if metadata.is_decode_only:
+        return metadata.seq_lens.long() - 1
+    query_start_loc = metadata.query_start_loc
+    tokens = torch.arange(metadata.num_tokens, device=query_start_loc.device, dtype=query_start_loc.dtype)
+    sequence = torch.searchsorted(query_start_loc[1:], tokens, right=True)  # [T] sequence of each token
+    # Token t of sequence b sits at seq_len[b] - query_len[b] + (t - start[b]) = seq_len[b] - start[b + 1] + t.
+    return metadata.seq_lens.long()[sequence] - query_start_loc.long()[sequence + 1] + tokens.long()
+
+
+@dataclass(frozen=True)
+class TkvTritonPagedAttention:
+    """The `AttentionBackend` over a `TkvPagedKVCache` on CUDA (or Triton's interpreter on CPU, for tests).
+
+    compute_dtype: the dtype q' and the decoded K/V tiles enter the kernels' dots in; float16 uses tensor
+    cores (relative rounding 2^-11, below every TKV step), float32 gives exact products at a large cost.
+    """
+
+    compute_dtype: torch.dtype = torch.float16
+    cuda_graph_safe: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        import arbi_kernels  # noqa: F401 (imports triton: fail at boot, not at the first request)
+
+    def forward(
+        self,
+        layer_index: int,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        metadata: AttentionMetadata,
+        kv_cache: TkvPagedKVCache,
+    ) -> Tensor:
+        from arbi_kernels import tkv_paged_decode_attention, tkv_paged_prefill_attention, write_tkv_cache
+
+        storage = kv_cache.layer(layer_index)
+        write_tkv_cache(key, value, new_token_positions(metadata), metadata.slot_mapping, storage)
+        transformed = transform_queries(query, storage)  # q': [T, Hq, D] fp32
+        softmax_scale = query.shape[-1] ** -0.5
+        if metadata.is_decode_only:
+            accumulated = tkv_paged_decode_attention(
+                transformed, storage, metadata.block_tables, metadata.seq_lens, softmax_scale,
+                max_seq_len=metadata.max_seq_len, compute_dtype=self.compute_dtype,
+            )
+        else:
+            accumulated = tkv_paged_prefill_attention(
+                transformed, storage, metadata.block_tables, metadata.query_start_loc, metadata.seq_lens,
+                softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
+            )
+        return transform_output(accumulated, storage, query.dtype)
