@@ -19,6 +19,7 @@ import argparse
 import gc
 import json
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass
 from datetime import date
@@ -282,8 +283,7 @@ def main() -> None:
         print(f"{shape}: TTFT {args.ttft_prompt_len}-token prompt {seconds * 1e3:.1f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "command": "python -m arbi_grpc.benchmarks.gpu_decode " + " ".join(
-            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "out"),
+        "command": " ".join(["python -m arbi_grpc.benchmarks.gpu_decode", *sys.argv[1:]]),
         "date": date.today().isoformat(), "machine": torch.cuda.get_device_name(device),
         "python": platform.python_version(), "torch": torch.__version__,
         "copy_bandwidth_bytes_per_s": bandwidth, "rows": [asdict(row) for row in rows],
