@@ -54,7 +54,11 @@ class TkvTritonPagedAttention:
         metadata: AttentionMetadata,
         kv_cache: TkvPagedKVCache,
     ) -> Tensor:
-        from arbi_kernels import tkv_paged_decode_attention, tkv_paged_prefill_attention, write_tkv_cache
+        from arbi_kernels import (
+            tkv_paged_decode_attention,
+            tkv_paged_prefill_attention,
+            write_tkv_cache,
+        )
 
         storage = kv_cache.layer(layer_index)
         write_tkv_cache(key, value, new_token_positions(metadata), metadata.slot_mapping, storage)

@@ -79,7 +79,7 @@ def _tkv_decode_partition_kernel(
     l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
     block_table_row = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq
-    if SINK_TOKENS > 0:
+    if SINK_TOKENS > 0:  # noqa: SIM102 (compile-time test around a run-time one)
         if split_start < tl.minimum(split_end, SINK_TOKENS):  # this split holds sink positions
             tokens = tl.arange(0, SINK_PAD)
             in_sink = (tokens >= split_start) & (tokens < split_end) & (tokens < SINK_TOKENS)

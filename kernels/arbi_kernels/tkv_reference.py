@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from arbi_grpc.kv_codec import ChannelTransform, QuantizedGroups, TkvLayerCodec, TkvSpec, dequantize_groups
+from arbi_grpc.kv_codec import (
+    ChannelTransform,
+    QuantizedGroups,
+    TkvLayerCodec,
+    TkvSpec,
+    dequantize_groups,
+)
 from arbi_kernels.reference import _causal_attention
 from arbi_kernels.tkv_core import TkvLayerTensors
 

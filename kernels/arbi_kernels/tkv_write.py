@@ -14,7 +14,12 @@ import torch
 import triton
 import triton.language as tl
 
-from arbi_kernels.checks import require_dtype, require_same_device, require_shape, require_unit_last_stride
+from arbi_kernels.checks import (
+    require_dtype,
+    require_same_device,
+    require_shape,
+    require_unit_last_stride,
+)
 from arbi_kernels.tkv_core import TkvLayerTensors, code_words, validate_tkv_layer
 
 SMALLEST_STEP = tl.constexpr(2.0**-14)

@@ -8,7 +8,10 @@ import torch
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
-from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention, new_token_positions
+from arbi_grpc.kv_codec.triton_attention import (
+    TkvTritonPagedAttention,
+    new_token_positions,
+)
 from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 4, 2, 64, 16

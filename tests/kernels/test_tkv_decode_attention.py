@@ -6,11 +6,15 @@ import dataclasses
 
 import pytest
 import torch
-
 from arbi_kernels import tkv_paged_decode_attention
 from arbi_kernels.decode_attention import DecodeTiles
 from arbi_kernels.tkv_reference import tkv_paged_decode_attention_reference
-from arbi_kernels.tkv_testing import TkvBatch, TkvShape, assert_tkv_close, random_tkv_batch
+from arbi_kernels.tkv_testing import (
+    TkvBatch,
+    TkvShape,
+    assert_tkv_close,
+    random_tkv_batch,
+)
 
 
 def _check(batch: TkvBatch, query: torch.Tensor, compute_dtype: torch.dtype, **kwargs) -> torch.Tensor:

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from arbi_kernels import tkv_paged_decode_attention, tkv_paged_prefill_attention, write_tkv_cache
+from arbi_kernels import (
+    tkv_paged_decode_attention,
+    tkv_paged_prefill_attention,
+    write_tkv_cache,
+)
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_reference import (
     tkv_paged_decode_attention_reference,
     tkv_paged_prefill_attention_reference,
 )
-from arbi_kernels.tkv_testing import TkvBatch, TkvShape, assert_tkv_close, random_model_space_kv, random_tkv_batch
+from arbi_kernels.tkv_testing import (
+    TkvBatch,
+    TkvShape,
+    assert_tkv_close,
+    random_model_space_kv,
+    random_tkv_batch,
+)
 
 SMALL_TILES = PrefillTiles(block_m=16, block_n=16, num_warps=4)
 

@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 import torch
-
 from arbi_kernels import write_tkv_cache
 from arbi_kernels.tkv_reference import write_tkv_cache_reference
 from arbi_kernels.tkv_testing import TkvShape, random_model_space_kv, random_tkv_layer

@@ -1,0 +1,152 @@
+"""TKV kernels compiled, at serving shapes: the write bit for bit against the codec on the GPU, decode and prefill
+against the torch reference with head dims 64/128, GQA 1/4/8, pages 16/32, every bit width (K and V different),
+contexts up to 32k, decode replayed in a CUDA graph, and the TKV Triton backend against the torch TKV backend."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from arbi_kernels import (
+    tkv_paged_decode_attention,
+    tkv_paged_prefill_attention,
+    write_tkv_cache,
+)
+from arbi_kernels.tkv_reference import (
+    tkv_paged_decode_attention_reference,
+    tkv_paged_prefill_attention_reference,
+    write_tkv_cache_reference,
+)
+from arbi_kernels.tkv_testing import (
+    TkvBatch,
+    TkvShape,
+    assert_tkv_close,
+    random_model_space_kv,
+    random_tkv_batch,
+    random_tkv_layer,
+)
+
+from arbi_grpc.kv_codec import TkvCalibration
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
+from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention
+from arbi_grpc.models.attention_metadata import AttentionMetadata
+
+NUM_KV_HEADS = 2
+BIT_PAIRS = [(4, 4), (2, 3), (3, 5), (5, 6), (6, 8), (8, 2)]
+# (head_dim, GQA group, page size, key bits, value bits): every head dim, group, page and width appears.
+LAYOUTS = [(64, 1, 16, 4, 4), (64, 4, 32, 2, 3), (64, 8, 16, 3, 5), (128, 1, 32, 5, 6), (128, 4, 16, 6, 8),
+           (128, 8, 32, 8, 2), (128, 4, 16, 4, 4)]
+POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")
+
+
+def _decode(batch: TkvBatch, **kwargs) -> None:
+    arguments = (batch.query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
+    actual = tkv_paged_decode_attention(*arguments, **kwargs)
+    assert_tkv_close(actual, tkv_paged_decode_attention_reference(*arguments), torch.float16)
+
+
+def _prefill(batch: TkvBatch) -> None:
+    arguments = (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
+                 batch.softmax_scale)
+    actual = tkv_paged_prefill_attention(*arguments)
+    assert_tkv_close(actual, tkv_paged_prefill_attention_reference(*arguments), torch.float16)
+
+
+@pytest.mark.parametrize(
+    ("key_bits", "value_bits", "head_dim", "page_size"),
+    [(*bits, 64 if index % 2 else 128, 16 if index % 3 else 32) for index, bits in enumerate(BIT_PAIRS)],
+)
+def test_write_matches_codec_bit_for_bit(key_bits, value_bits, head_dim, page_size, device, generator):
+    num_tokens = 4096
+    shape = TkvShape(NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits, 32, sink_tokens=4)
+    num_blocks = num_tokens // page_size + 8
+    layer = random_tkv_layer(shape, num_blocks, device, generator)
+    expected = dataclasses.replace(layer, **{name: getattr(layer, name).clone() for name in POOLS})
+    slots = torch.randperm(num_blocks * page_size, generator=generator, device=device)[:num_tokens]
+    slots[:7] = -1
+    positions = torch.randint(0, 64, (num_tokens,), generator=generator, device=device)
+    key, value = random_model_space_kv(positions, NUM_KV_HEADS, head_dim, device, generator)
+    key, value = key.to(torch.bfloat16), value.to(torch.bfloat16)
+    write_tkv_cache(key, value, positions, slots, layer)
+    write_tkv_cache_reference(key, value, positions, slots, expected)
+    for name in POOLS:
+        mismatches = int((getattr(layer, name) != getattr(expected, name)).sum())
+        assert mismatches == 0, f"{name}: {mismatches} elements differ from the codec"
+
+
+@pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)
+def test_decode_ragged_batch(head_dim, group_size, page_size, key_bits, value_bits, device, generator):
+    seq_lens = [1, 2, *torch.randint(3, 4097, (6,), generator=generator, device=device).tolist()]
+    shape = TkvShape(group_size * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
+    _decode(random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator))
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "page_size", "key_bits", "value_bits"), [(64, 16, 4, 4), (128, 32, 3, 5), (128, 16, 4, 4)]
+)
+def test_decode_long_contexts_up_to_32k(head_dim, page_size, key_bits, value_bits, device, generator):
+    seq_lens = [32768, int(torch.randint(8192, 32768, (1,), generator=generator, device=device)), 1]
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
+    _decode(random_tkv_batch(shape, [1] * 3, seq_lens, device, generator))
+
+
+def test_decode_replays_in_a_cuda_graph(device, generator):
+    """With max_seq_len and num_splits given, TKV decode makes no host sync and replays under a CUDA graph."""
+    shape = TkvShape(8, 2, 128, 16, 4, 4)
+    batch = random_tkv_batch(shape, [1] * 4, [4096] * 4, device, generator)
+    seq_lens = batch.seq_lens.clone()
+    arguments = (batch.query, batch.layer, batch.block_tables, seq_lens, batch.softmax_scale)
+    tkv_paged_decode_attention(*arguments, max_seq_len=4096, num_splits=8)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = tkv_paged_decode_attention(*arguments, max_seq_len=4096, num_splits=8)
+    for _ in range(2):
+        seq_lens.copy_(torch.randint(1, 4097, (4,), generator=generator, device=device, dtype=torch.int32))
+        graph.replay()
+        assert_tkv_close(output, tkv_paged_decode_attention_reference(*arguments), torch.float16)
+
+
+@pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)
+def test_prefill_ragged_batch_with_cached_prefixes(head_dim, group_size, page_size, key_bits, value_bits, device,
+                                                   generator):
+    query_lens = [1, *torch.randint(2, 1025, (3,), generator=generator, device=device).tolist()]
+    prefixes = [0, *torch.randint(0, 3001, (3,), generator=generator, device=device).tolist()]
+    seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
+    shape = TkvShape(group_size * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
+    _prefill(random_tkv_batch(shape, query_lens, seq_lens, device, generator))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_prefill_long_prompt_and_long_prefix(head_dim, device, generator):
+    """A 4k-token prompt from scratch next to a 1k-token chunk extending a 31k-token cached prefix."""
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, 4, 4, 32, sink_tokens=1)
+    _prefill(random_tkv_batch(shape, [4096, 1024], [4096, 32768], device, generator))
+
+
+def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
+    """Llama-3-8B's attention shape (32 q heads, 8 kv heads, D 128) over a prompt step, then decode steps."""
+    num_heads, num_kv_heads, head_dim, block_size = 32, 8, 128, 16
+    shape = (2, num_kv_heads, head_dim)
+    calibration = TkvCalibration(
+        model_fingerprint="tkvfp1:" + "0" * 32, group_size=32, rotate=True, layer_bits=((4, 4), (3, 5)),
+        key_scales=torch.exp(0.3 * torch.randn(shape)), value_scales=torch.exp(0.3 * torch.randn(shape)),
+        key_shifts=torch.randn(shape), value_shifts=0.2 * torch.randn(shape), sink_tokens=1,
+    )
+    caches = [TkvPagedKVCache(calibration, num_blocks=300, block_size=block_size, device=device) for _ in range(2)]
+    backends = (TkvTritonPagedAttention(), TkvTorchPagedAttention.for_device(device))
+    tables = [list(range(140)), list(range(140, 300))]
+    for query_lens, seq_lens in (([1500, 700], [1500, 700]), ([1, 1], [1501, 701]), ([1, 300], [1502, 1001])):
+        metadata = AttentionMetadata.build(
+            query_lens=query_lens, seq_lens=seq_lens, block_tables=tables, block_size=block_size, device=device
+        )
+        num_tokens = sum(query_lens)
+        query = torch.randn((num_tokens, num_heads, head_dim), generator=generator, device=device).bfloat16()
+        key = torch.randn((num_tokens, num_kv_heads, head_dim), generator=generator, device=device).bfloat16()
+        value = torch.randn((num_tokens, num_kv_heads, head_dim), generator=generator, device=device).bfloat16()
+        for layer in range(2):
+            triton_output, torch_output = (
+                backend.forward(layer, query, key, value, metadata, cache) for backend, cache in zip(backends, caches)
+            )
+            torch.testing.assert_close(triton_output, torch_output, atol=2e-2, rtol=2e-2)
