@@ -104,7 +104,39 @@ class EngineConfig:
             )
         if self.kv_cache_dtype == "auto":
             object.__setattr__(self, "kv_cache_dtype", self.dtype)
+        if self.kv_cache_dtype != "tkv":
+            for name in ("kv_bits", "kv_calibration"):
+                if getattr(self, name):
+                    raise InvalidArgumentError(name, f"applies to --kv-cache-dtype tkv only, not {self.kv_cache_dtype!r}")
+        elif not self.kv_calibration:
+            raise InvalidArgumentError(
+                "kv_calibration",
+                "--kv-cache-dtype tkv needs a calibration bundle of the served model: create one with "
+                f"`arbi-serve calibrate --model {self.model} --output DIR`, then pass --kv-calibration DIR",
+            )
+        parse_kv_bits(self.kv_bits)
+
+    @property
+    def kv_bits_pair(self) -> tuple[int, int] | None:
+        """--kv-bits as (key_bits, value_bits), None when the bundle's per-layer bits apply."""
+        return parse_kv_bits(self.kv_bits)
 
     @property
     def kv_cache_memory_bytes(self) -> int:
         return self.kv_cache_memory_mib * MIB
+
+
+def parse_kv_bits(text: str) -> tuple[int, int] | None:
+    """--kv-bits: "4" -> (4, 4), "4/3" -> (key 4, value 3), "" -> None. Bits outside 2..8, or 7, raise
+    InvalidArgumentError("kv_bits", ...)."""
+    if not text:
+        return None
+    from arbi_grpc.kv_codec.spec import validate_bits  # lazily: the codec needs torch, the client CLI does not
+
+    parts = text.split("/")
+    if len(parts) > 2 or not all(part.strip().isdigit() for part in parts):
+        raise InvalidArgumentError(
+            "kv_bits", f"expected one number for keys and values (4) or key/value bits (4/3), got {text!r}"
+        )
+    key_bits, value_bits = (validate_bits(int(part)) for part in (parts * 2)[:2])
+    return key_bits, value_bits

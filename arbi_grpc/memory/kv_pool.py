@@ -5,12 +5,16 @@ pool can honour. `plan` and the boot share this, so both size the pool identical
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.errors import InvalidArgumentError, ResourceExhaustedError
 from arbi_grpc.models.config import ModelConfig
 
-# Bytes per element of each EngineConfig.dtype (weights, activations and the KV cache share it).
+if TYPE_CHECKING:
+    from arbi_grpc.kv_codec.calibration import TkvCalibration
+
+# Bytes per element of each EngineConfig.dtype and plain (non-TKV) kv_cache_dtype.
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 
 
@@ -37,23 +41,40 @@ class KVPoolPlan:
                 f"per block; context {self.max_model_len} tokens")
 
 
-def plan_kv_pool(config: EngineConfig, model: ModelConfig) -> KVPoolPlan:
-    """The pool `config.kv_cache_memory_mib` buys for `model`.
+def kv_block_bytes(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None) -> int:
+    """Bytes one block costs over all layers, K and V, in the storage `config.kv_cache_dtype` names; a TKV
+    pool's cost follows the calibration's per-layer bits (codes, group scales and zeros, sink slots)."""
+    if config.kv_cache_dtype == "tkv":
+        if tkv_calibration is None:
+            raise InvalidArgumentError("kv_calibration", "sizing a TKV pool needs the calibration bundle (its bits)")
+        from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache  # lazily: the codec imports torch
+
+        return TkvPagedKVCache.bytes_per_block_for(tkv_calibration, config.block_size)
+    element_bytes = ELEMENT_BYTES[config.kv_cache_dtype]
+    return 2 * model.num_layers * config.block_size * model.num_kv_heads * model.head_dim * element_bytes
+
+
+def _storage_detail(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None) -> str:
+    if config.kv_cache_dtype == "tkv" and tkv_calibration is not None:
+        return f"TKV codes of {tkv_calibration.average_bits():.2f} bits on average with group scales and sinks"
+    return (f"2 x {model.num_layers} layers x {model.num_kv_heads} KV heads x {model.head_dim} x "
+            f"{ELEMENT_BYTES[config.kv_cache_dtype]} bytes per token")
+
+
+def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None) -> KVPoolPlan:
+    """The pool `config.kv_cache_memory_mib` buys for `model` (with `tkv_calibration` for a TKV cache).
 
     The context limit is `max_model_len` when set, else the model's context capped at what the pool holds.
     Raises InvalidArgumentError when max_model_len exceeds the model's context, ResourceExhaustedError
     (naming the KV cache and its numbers) when the pool holds no block or not one max-length sequence.
     """
-    bytes_per_block = (
-        2 * model.num_layers * config.block_size * model.num_kv_heads * model.head_dim * ELEMENT_BYTES[config.dtype]
-    )
+    bytes_per_block = kv_block_bytes(config, model, tkv_calibration)
     num_blocks = config.kv_cache_memory_bytes // bytes_per_block
     if num_blocks < 1:
         raise ResourceExhaustedError(
             f"memory budget: the KV cache does not fit: kv_cache_memory_mib={config.kv_cache_memory_mib} holds no "
-            f"block; one block of {config.block_size} tokens costs {bytes_per_block / MIB:.2f} MiB (2 x "
-            f"{model.num_layers} layers x {model.num_kv_heads} KV heads x {model.head_dim} x "
-            f"{ELEMENT_BYTES[config.dtype]} bytes per token)"
+            f"block; one block of {config.block_size} tokens costs {bytes_per_block / MIB:.2f} MiB "
+            f"({_storage_detail(config, model, tkv_calibration)})"
         )
     model_context = model.max_position_embeddings
     if config.max_model_len > model_context:

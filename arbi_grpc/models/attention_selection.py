@@ -9,6 +9,10 @@ from __future__ import annotations
 import torch
 
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.engine_calibration import check_model_shape
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
@@ -20,7 +24,7 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def select_attention_backend(config: EngineConfig) -> AttentionBackend:
     """The backend named by `config.attention_backend` (already resolved from "auto" by EngineConfig)."""
     if config.kv_cache_dtype == "tkv":
-        raise NotImplementedError("kv_cache_dtype 'tkv': the TKV attention backends are not wired into the engine")
+        return _select_tkv_backend(config)
     if config.attention_backend == "torch":
         return TorchPagedAttention.for_device(config.device)
     if config.attention_backend == "triton":
@@ -34,10 +38,33 @@ def select_attention_backend(config: EngineConfig) -> AttentionBackend:
     raise ValueError(f"unknown attention backend {config.attention_backend!r}")
 
 
-def build_kv_cache(config: EngineConfig, model_config: ModelConfig, num_blocks: int) -> PagedKVCache:
-    """The zeroed paged KV cache of `num_blocks` blocks in the storage `config.kv_cache_dtype` names."""
+def _select_tkv_backend(config: EngineConfig) -> AttentionBackend:
+    """The TKV backend: the torch reference on "torch", the Triton kernels on "triton"."""
+    if config.attention_backend == "torch":
+        from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
+
+        return TkvTorchPagedAttention.for_device(config.device)
+    if config.attention_backend == "triton":
+        from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention
+
+        return TkvTritonPagedAttention()
+    raise InvalidArgumentError(
+        "attention_backend",
+        f"{config.attention_backend!r} cannot read a TKV cache; use 'torch' or 'triton' with --kv-cache-dtype tkv",
+    )
+
+
+def build_kv_cache(
+    config: EngineConfig, model_config: ModelConfig, num_blocks: int, tkv_calibration: TkvCalibration | None = None
+) -> PagedKVCache | TkvPagedKVCache:
+    """The zeroed paged KV cache of `num_blocks` blocks in the storage `config.kv_cache_dtype` names; a TKV cache
+    is built from `tkv_calibration` (engine_calibration.load_engine_calibration), checked against the model."""
     if config.kv_cache_dtype == "tkv":
-        raise NotImplementedError("kv_cache_dtype 'tkv': the TKV paged cache is not wired into the engine")
+        if tkv_calibration is None:
+            raise InvalidArgumentError("kv_calibration", "a TKV cache is built from a calibration bundle; none given")
+        check_model_shape(tkv_calibration, model_config.num_layers, model_config.num_kv_heads, model_config.head_dim)
+        return TkvPagedKVCache(tkv_calibration, num_blocks=num_blocks, block_size=config.block_size,
+                               device=config.device)
     return PagedKVCache.for_model(
         model_config,
         num_blocks=num_blocks,

@@ -1,0 +1,188 @@
+"""Benchmark: KV-cache quality through the engine's own paged path, fp32 KV vs TKV settings, the real SmolLM2 on
+the CPU. Every K/V that attention reads went through the storage being measured.
+
+- Perplexity, the FACTS.md protocol: wikitext-2's test file tokenized whole (no special tokens), its first 12
+  consecutive 512-token windows each scored alone from the engine's prompt log-probabilities (511 losses per
+  window), ppl = exp(mean loss).
+- Greedy agreement: 20 chat prompts, 32 greedy tokens each; the share of generations identical to fp32's.
+
+Settings: `fp32` (float32 KV), `KxVy` (TKV with --kv-bits x/y over the bundle's scales), `bundle` (TKV with the
+bundle's own per-layer bits); `SETTING@DIR` takes another bundle for that setting.
+
+    python -m arbi_grpc.benchmarks.tkv_perplexity --bundle DIR --settings fp32 K8V8 K4V4 K3V3@DIR3 \\
+        --greedy-settings K4V4 --out bench-results/tkv_perplexity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import queue
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.engine import Engine
+from arbi_grpc.engine.request import GenerationRequest, RequestOutput
+from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+from arbi_grpc.models.model_cache import DEFAULT_MODEL
+from arbi_grpc.serving import ServedModel, build_served_model
+
+WINDOW_TOKENS = 512
+NUM_WINDOWS = 12
+DEFAULT_WIKITEXT = Path("../shared/data/wikitext-2/wiki.test.raw")
+GREEDY_TOKENS = 32
+GREEDY_PROMPTS = (
+    "What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
+    "Write a haiku about the sea.", "What is 12 times 7?", "Explain photosynthesis in one sentence.",
+    "Who wrote Romeo and Juliet?", "Give me a synonym for happy.", "What does a CPU do?",
+    "Translate 'good morning' into Spanish.", "Why is the sky blue?", "List two uses of copper.",
+    "What is the boiling point of water in Celsius?", "Suggest a name for a pet cat.",
+    "What is the largest planet in the solar system?", "Describe a rainbow to a child.",
+    "What is the opposite of cold?", "How do bees make honey?", "Recommend a healthy breakfast.",
+    "What language is spoken in Brazil?",
+)
+_TKV_BITS = re.compile(r"K([2-8])V([2-8])")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One KV storage to measure: its label and the engine config fields that select it."""
+
+    name: str
+    kv_cache_dtype: str
+    kv_bits: str = ""
+    kv_calibration: str = ""
+
+    @classmethod
+    def parse(cls, text: str, default_bundle: Path | None) -> Setting:
+        name, _, bundle = text.partition("@")
+        if name == "fp32":
+            return cls(text, "float32")
+        bundle_dir = bundle or (str(default_bundle) if default_bundle else "")
+        if not bundle_dir:
+            raise SystemExit(f"setting {text!r} needs a calibration bundle: --bundle DIR or {name}@DIR")
+        if name == "bundle":
+            return cls(text, "tkv", "", bundle_dir)
+        match = _TKV_BITS.fullmatch(name)
+        if match is None:
+            raise SystemExit(f"setting {text!r}: expected fp32, bundle or KxVy (like K4V4), optionally @DIR")
+        return cls(text, "tkv", f"{match[1]}/{match[2]}", bundle_dir)
+
+    def engine_config(self, model: str) -> EngineConfig:
+        return EngineConfig(model=model, dtype="float32", kv_cache_dtype=self.kv_cache_dtype, kv_bits=self.kv_bits,
+                            kv_calibration=self.kv_calibration, enable_prefix_cache=False,
+                            kv_cache_memory_mib=256)
+
+
+def run_request(engine: Engine, request: GenerationRequest) -> list[RequestOutput]:
+    """Submits `request` and waits for its last output; raises the request's error."""
+    outputs: queue.SimpleQueue[RequestOutput] = queue.SimpleQueue()
+    engine.submit(request, outputs.put)
+    collected = []
+    while True:
+        output = outputs.get()
+        if output.error is not None:
+            raise output.error
+        collected.append(output)
+        if output.finish_reason is not None:
+            return collected
+
+
+def wikitext_windows(served: ServedModel, wikitext: Path, count: int = NUM_WINDOWS) -> list[list[int]]:
+    """The first `count` consecutive 512-token windows of the file tokenized whole, no special tokens."""
+    ids = served.inputs.tokenizer.encode(wikitext.read_text(encoding="utf-8"), add_special_tokens=False)
+    if len(ids) < count * WINDOW_TOKENS:
+        raise SystemExit(f"{wikitext} has {len(ids)} tokens, fewer than {count} windows of {WINDOW_TOKENS}")
+    return [ids[i * WINDOW_TOKENS : (i + 1) * WINDOW_TOKENS] for i in range(count)]
+
+
+def window_losses(engine: Engine, window: list[int], request_id: str) -> list[float]:
+    """The 511 next-token losses of one window, from the engine's prompt log-probabilities."""
+    request = GenerationRequest(
+        request_id=request_id,
+        prompt_token_ids=tuple(window),
+        sampling=SamplingParams(temperature=0.0, prompt_logprobs=True),
+        stopping=StoppingParams(max_output_tokens=1, ignore_eos=True),
+    )
+    prompt_logprobs = run_request(engine, request)[0].prompt_logprobs
+    if prompt_logprobs is None or len(prompt_logprobs) != len(window) or prompt_logprobs[0] is not None:
+        raise RuntimeError(f"{request_id}: expected {len(window)} prompt logprobs, the first None")
+    return [-logprob for logprob in prompt_logprobs[1:]]
+
+
+def perplexity(engine: Engine, windows: list[list[int]]) -> float:
+    losses = [loss for i, window in enumerate(windows) for loss in window_losses(engine, window, f"window-{i}")]
+    return math.exp(sum(losses) / len(losses))
+
+
+def greedy_generations(served: ServedModel, prompts: tuple[str, ...] = GREEDY_PROMPTS) -> list[tuple[int, ...]]:
+    """GREEDY_TOKENS greedy tokens (EOS ignored) for each chat prompt."""
+    template = served.inputs.chat_template
+    generations = []
+    for index, prompt in enumerate(prompts):
+        request = GenerationRequest(
+            request_id=f"greedy-{index}",
+            prompt_token_ids=tuple(template.encode([{"role": "user", "content": prompt}])),
+            sampling=SamplingParams(temperature=0.0),
+            stopping=StoppingParams(max_output_tokens=GREEDY_TOKENS, ignore_eos=True),
+        )
+        generations.append(tuple(t.token_id for out in run_request(served.engine, request) for t in out.tokens))
+    return generations
+
+
+def measure(setting: Setting, model: str, wikitext: Path, num_windows: int, greedy: bool) -> dict:
+    started = time.perf_counter()
+    served = build_served_model(setting.engine_config(model))
+    try:
+        row = {
+            "setting": setting.name,
+            "kv_codec": served.engine.runner.kv_cache.setting_name if setting.kv_cache_dtype == "tkv" else "float32",
+            "kv_block_bytes": served.engine.runner.kv_cache.bytes_per_block,
+            "ppl": perplexity(served.engine, wikitext_windows(served, wikitext, num_windows)),
+        }
+        if greedy:
+            row["greedy"] = greedy_generations(served)
+    finally:
+        served.engine.shutdown()
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--wikitext", type=Path, default=DEFAULT_WIKITEXT)
+    parser.add_argument("--bundle", type=Path, help="TKV calibration bundle for settings without @DIR")
+    parser.add_argument("--settings", nargs="+", default=["fp32", "K8V8", "K4V4", "K3V3"])
+    parser.add_argument("--greedy-settings", nargs="*", default=["K4V4"],
+                        help="settings whose greedy generations are compared with fp32's")
+    parser.add_argument("--windows", type=int, default=NUM_WINDOWS)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/tkv_perplexity.json"))
+    args = parser.parse_args()
+    settings = [Setting.parse(text, args.bundle) for text in args.settings]
+    greedy_names = set(args.greedy_settings) | ({"fp32"} if args.greedy_settings else set())
+    rows = [measure(s, args.model, args.wikitext, args.windows, s.name in greedy_names) for s in settings]
+    reference = next((row for row in rows if row["setting"] == "fp32"), None)
+    print(f"| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = fp32 |\n|---|---|---|---|---|---|")
+    for row in rows:
+        delta, agreement = "", ""
+        if reference is not None:
+            delta = f"{100 * (row['ppl'] / reference['ppl'] - 1):+.2f}%"
+            if "greedy" in row and "greedy" in reference:
+                same = sum(a == b for a, b in zip(row["greedy"], reference["greedy"]))
+                row["greedy_agreement"] = same / len(reference["greedy"])
+                agreement = f"{same}/{len(reference['greedy'])}"
+        print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {row['ppl']:.3f} | {delta} | "
+              f"{agreement} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"windows": args.windows, "window_tokens": WINDOW_TOKENS, "rows": rows},
+                                   indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
