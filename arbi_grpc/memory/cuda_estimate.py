@@ -27,9 +27,9 @@ FUSION_FRAGMENTATION_FRACTION = 0.02
 CUDA_RESIDUAL_COPIES = 4
 # The fused gate|up product ([tokens, 2 x intermediate]) and silu_and_mul's output ([tokens, intermediate]).
 CUDA_MLP_COPIES = 3
-# Query-sized transients beside the fused q|k|v product: RoPE's rotated half, the two products and their sum
-# (and the attended output once they are gone).
-ROTARY_QUERY_COPIES = 3
+# Beside the fused q|k|v product (RoPE rotates q and k in place on CUDA), attention holds its output ([tokens,
+# query width]) until the output projection has read it.
+ATTENDED_OUTPUT_COPIES = 1
 # Qwen3's per-head q/k RMSNorm runs in torch on [tokens, heads, head_dim] and holds two float32 copies of q.
 QK_NORM_FLOAT32_QUERY_COPIES = 2
 # Graph batch sizes: 1, 2, 4, then every multiple of 8 (and the largest batch itself).
@@ -47,7 +47,7 @@ def cuda_forward_bytes(model: ModelConfig, dtype: str, tokens: int, longest_prom
     element = ELEMENT_BYTES[dtype]
     query_width, kv_width = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
     mlp = CUDA_MLP_COPIES * tokens * model.intermediate_size * element
-    attention = tokens * (query_width + 2 * kv_width + ROTARY_QUERY_COPIES * query_width) * element
+    attention = tokens * (query_width + 2 * kv_width + ATTENDED_OUTPUT_COPIES * query_width) * element
     if model.qk_norm:
         attention += QK_NORM_FLOAT32_QUERY_COPIES * tokens * query_width * 4
     if attention_backend == "torch":
@@ -87,10 +87,15 @@ def cuda_graph_pool_bytes(model: ModelConfig, config: EngineConfig) -> int:
     return pool + CAPTURE_STREAMS * CUBLAS_WORKSPACE_BYTES
 
 
-def allocator_slack_bytes(weight_bytes: int) -> int:
-    """Reserved beyond the components: the main stream's cuBLAS workspace and the segments left split by the
-    load's projection fusion."""
-    return CUBLAS_WORKSPACE_BYTES + int(FUSION_FRAGMENTATION_FRACTION * weight_bytes)
+def allocator_slack_bytes(model: ModelConfig, weight_bytes: int) -> int:
+    """Reserved beyond the components: the main stream's cuBLAS workspace, RoPE's cos/sin tables (built on the
+    first forward pass), and the segments left split by the load's projection fusion."""
+    return CUBLAS_WORKSPACE_BYTES + rope_table_bytes(model) + int(FUSION_FRAGMENTATION_FRACTION * weight_bytes)
+
+
+def rope_table_bytes(model: ModelConfig) -> int:
+    """The float32 cos and sin tables [max_positions, head_dim / 2] the CUDA RoPE kernel reads."""
+    return 2 * model.max_position_embeddings * (model.head_dim // 2) * 4
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -27,6 +27,7 @@ from arbi_grpc.memory.cuda_estimate import (
     cuda_graph_pool_bytes,
     decode_graph_batch_sizes,
     graph_max_batch,
+    rope_table_bytes,
 )
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
@@ -124,9 +125,10 @@ def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPla
                 else "CUDA graphs off (--cuda-graph-max-batch 0)",
             ),
             allocator_overhead_component(
-                allocator_slack_bytes(weight_bytes),
-                f"cuBLAS workspace {CUBLAS_WORKSPACE_BYTES // MIB} MiB + {FUSION_FRAGMENTATION_FRACTION:.0%} of the "
-                "weights (segments split by the projection fusion at load)",
+                allocator_slack_bytes(model, weight_bytes),
+                f"cuBLAS workspace {CUBLAS_WORKSPACE_BYTES // MIB} MiB + RoPE tables "
+                f"{rope_table_bytes(model) / MIB:.1f} MiB + {FUSION_FRAGMENTATION_FRACTION:.0%} of the weights "
+                "(segments split by the projection fusion at load)",
             ),
         ]
     return MemoryBudget(device=config.device, method="estimated", components=tuple(components), limit=limit)
