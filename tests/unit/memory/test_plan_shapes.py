@@ -4,6 +4,8 @@ only that shape's config.json (no weights)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,12 @@ def test_a_cuda_plan_that_cannot_fit_names_the_component(capsys) -> None:
     assert main([*PLAN_FLAGS[:-1], "15000", "--shape", "llama3-8b"]) == 2
     error = capsys.readouterr().err
     assert "weights (8,030,261,248 parameters x 2 bytes (bfloat16)) takes the total past the limit" in error
+
+
+def test_a_cuda_plan_needs_no_torch() -> None:
+    script = "import sys; sys.modules['torch'] = None\nfrom arbi_grpc.cli import main\nsys.exit(main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", script, *PLAN_FLAGS, "--shape", "llama3-8b"],
+                            check=False, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    components = json.loads(result.stdout)["components"]
+    assert components["cuda_graphs"]["bytes"] > 0 and components["allocator_overhead"]["bytes"] > 0
