@@ -91,6 +91,13 @@ def random_model_space_kv(
     return torch.where(outlier, 8.0 * keys, keys), torch.where(outlier, 4.0 * values, values)
 
 
+def positions_of_slots(slots: torch.Tensor, page_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Positions new tokens at `slots` can have: the offset in the page plus 0 or 1 whole pages, so a position
+    below the page size sits at its own offset (a sequence's first block) and no two claim one sink entry."""
+    pages = torch.randint(0, 2, slots.shape, generator=generator, device=generator.device).to(slots.device)
+    return slots.clamp_min(0) % page_size + pages * page_size
+
+
 def random_tkv_batch(
     shape: TkvShape,
     query_lens: list[int],

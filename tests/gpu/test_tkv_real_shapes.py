@@ -22,6 +22,7 @@ from arbi_kernels.tkv_testing import (
     TkvBatch,
     TkvShape,
     assert_tkv_close,
+    positions_of_slots,
     random_model_space_kv,
     random_tkv_batch,
     random_tkv_layer,
@@ -66,7 +67,7 @@ def test_write_matches_codec_bit_for_bit(key_bits, value_bits, head_dim, page_si
     expected = dataclasses.replace(layer, **{name: getattr(layer, name).clone() for name in POOLS})
     slots = torch.randperm(num_blocks * page_size, generator=generator, device=device)[:num_tokens]
     slots[:7] = -1
-    positions = torch.randint(0, 64, (num_tokens,), generator=generator, device=device)
+    positions = positions_of_slots(slots, page_size, generator)
     key, value = random_model_space_kv(positions, NUM_KV_HEADS, head_dim, device, generator)
     key, value = key.to(torch.bfloat16), value.to(torch.bfloat16)
     write_tkv_cache(key, value, positions, slots, layer)

@@ -8,7 +8,12 @@ import pytest
 import torch
 from arbi_kernels import write_tkv_cache
 from arbi_kernels.tkv_reference import write_tkv_cache_reference
-from arbi_kernels.tkv_testing import TkvShape, random_model_space_kv, random_tkv_layer
+from arbi_kernels.tkv_testing import (
+    TkvShape,
+    positions_of_slots,
+    random_model_space_kv,
+    random_tkv_layer,
+)
 
 POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")
 
@@ -23,9 +28,8 @@ def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, ge
     expected = _copy(layer)
     slots = torch.randperm(num_blocks * shape.page_size, generator=generator)[:num_tokens]
     slots[torch.randint(0, num_tokens, (2,), generator=generator)] = -1  # padding tokens
-    positions = torch.randint(0, 2 * shape.sink_tokens + 2, (num_tokens,), generator=generator)
-    positions[0] = 0
-    slots, positions = slots.to(device), positions.to(device)
+    slots = slots.to(device)
+    positions = positions_of_slots(slots, shape.page_size, generator)
     key, value = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, device, generator)
     key, value = key.to(dtype), value.to(dtype)
     write_tkv_cache(key, value, positions, slots, layer)

@@ -1,0 +1,288 @@
+"""GPU benchmark of the TKV kernels against the bf16 ones: decode attention K4V4 vs bf16 at 8k and 32k context
+(batch 1, 8, 32; Llama-3-8B attention: 32 q heads, 8 kv heads, D 128, page 16), plus the whole TKV attention of a
+decode step (query transform + kernel + output transform), other bit widths, KV write and prefill.
+
+Each row is checked against its torch reference first (bench_kernels.measure), then timed with
+triton.testing.do_bench (median, L2 flushed). The TKV caches are filled by the TKV write kernel from random
+model-space K/V with random calibration transforms, over the same block tables as the bf16 caches.
+Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+
+import torch
+import triton
+from arbi_kernels import (
+    paged_decode_attention,
+    paged_prefill_attention,
+    reference,
+    tkv_paged_decode_attention,
+    tkv_paged_prefill_attention,
+    write_kv_cache,
+    write_tkv_cache,
+)
+from arbi_kernels.decode_attention import DecodeTiles
+from arbi_kernels.testing import BatchShape, PagedBatch, random_paged_batch
+from arbi_kernels.tkv_reference import (
+    tkv_paged_decode_attention_reference,
+    tkv_paged_prefill_attention_reference,
+    write_tkv_cache_reference,
+)
+from arbi_kernels.tkv_testing import (
+    TkvShape,
+    assert_tkv_close,
+    positions_of_slots,
+    random_model_space_kv,
+    random_tkv_layer,
+)
+from bench_kernels import (
+    BenchCase,
+    BenchResult,
+    copy_bandwidth_bytes_per_s,
+    format_table,
+    measure,
+)
+
+from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
+from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
+
+LLAMA = BatchShape(num_heads=32, num_kv_heads=8, head_dim=128, page_size=16, dtype=torch.bfloat16)
+BF16_BYTES = 2
+FILL_CHUNK_TOKENS = 65536
+
+
+@dataclass(frozen=True)
+class TkvBench:
+    """A bf16 paged batch and the same contexts encoded in a TKV layer (same block tables and q)."""
+
+    paged: PagedBatch
+    layer: TkvLayerStorage
+    label: str
+
+
+def tkv_token_bytes(shape: TkvShape) -> int:
+    """Bytes attention reads per context token and kv head: K and V codes plus their fp16 scales and zeros."""
+    metadata = 2 * 2 * shape.head_dim // shape.group_size
+    return shape.head_dim * (shape.key_bits + shape.value_bits) // 8 + 2 * metadata
+
+
+def build(shape: TkvShape, query_lens: list[int], seq_lens: list[int], generator: torch.Generator) -> TkvBench:
+    paged = random_paged_batch(
+        BatchShape(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.page_size, torch.bfloat16),
+        query_lens, seq_lens, "cuda", generator,
+    )
+    layer = random_tkv_layer(shape, paged.key_cache.shape[0], "cuda", generator)
+    for seq, length in enumerate(seq_lens):
+        for start in range(0, length, FILL_CHUNK_TOKENS):
+            positions = torch.arange(start, min(length, start + FILL_CHUNK_TOKENS), device="cuda")
+            blocks = paged.block_tables[seq].long()[positions // shape.page_size]
+            key, value = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, "cuda", generator)
+            write_tkv_cache(key.bfloat16(), value.bfloat16(), positions,
+                            blocks * shape.page_size + positions % shape.page_size, layer)
+    label = (f"B={len(seq_lens)} ctx={max(seq_lens)} Hq={shape.num_heads} Hkv={shape.num_kv_heads} "
+             f"D={shape.head_dim} page={shape.page_size}")
+    return TkvBench(paged, layer, label)
+
+
+def bf16_decode_case(bench: TkvBench) -> BenchCase:
+    batch = bench.paged
+    arguments = (batch.query.bfloat16(), batch.key_cache, batch.value_cache, batch.block_tables, batch.seq_lens,
+                 batch.softmax_scale)
+    options = {"max_seq_len": int(batch.seq_lens.max())}
+    tokens = int(batch.seq_lens.sum())
+    return BenchCase(
+        kernel="decode bf16", shape=bench.label,
+        run=lambda: paged_decode_attention(*arguments, **options),
+        check=lambda: torch.testing.assert_close(paged_decode_attention(*arguments, **options),
+                                                 reference.paged_decode_attention_reference(*arguments),
+                                                 atol=1.6e-2, rtol=1.6e-2),
+        bytes_moved=2 * tokens * batch.key_cache.shape[2] * batch.key_cache.shape[3] * BF16_BYTES,
+    )
+
+
+def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: DecodeTiles = DecodeTiles(),
+                    num_splits: int | None = None, with_transforms: bool = False) -> BenchCase:
+    batch, layer = bench.paged, bench.layer
+    arguments = (batch.query, layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
+    options = {"max_seq_len": int(batch.seq_lens.max()), "num_splits": num_splits, "tiles": tiles}
+    model_query = batch.query.bfloat16()
+
+    def run() -> torch.Tensor:
+        if not with_transforms:
+            return tkv_paged_decode_attention(*arguments, **options)
+        transformed = transform_queries(model_query, layer)
+        accumulated = tkv_paged_decode_attention(transformed, *arguments[1:], **options)
+        return transform_output(accumulated, layer, torch.bfloat16)
+
+    def check() -> None:
+        assert_tkv_close(tkv_paged_decode_attention(*arguments, **options),
+                         tkv_paged_decode_attention_reference(*arguments), torch.float16)
+
+    name = f"decode tkv K{shape.key_bits}V{shape.value_bits}" + (" +transforms" if with_transforms else "")
+    tokens = int(batch.seq_lens.sum())
+    return BenchCase(
+        kernel=name, shape=f"{bench.label} n={tiles.block_n} w={tiles.num_warps} splits={num_splits or 'auto'}",
+        run=run, check=check, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
+    )
+
+
+def write_cases(num_tokens: int, shape: TkvShape, generator: torch.Generator) -> list[BenchCase]:
+    num_blocks = 2 * num_tokens // shape.page_size
+    layer = random_tkv_layer(shape, num_blocks, "cuda", generator)
+    caches = [torch.zeros((num_blocks, shape.page_size, shape.num_kv_heads, shape.head_dim), dtype=torch.bfloat16,
+                          device="cuda") for _ in range(2)]
+    slots = torch.randperm(num_blocks * shape.page_size, generator=generator, device="cuda")[:num_tokens]
+    positions = positions_of_slots(slots, shape.page_size, generator)
+    key, value = (t.bfloat16() for t in random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, "cuda",
+                                                              generator))
+    label = f"T={num_tokens} Hkv={shape.num_kv_heads} D={shape.head_dim}"
+    model_bytes = 2 * key.numel() * BF16_BYTES
+
+    def check_bf16() -> None:
+        expected = [cache.clone() for cache in caches]
+        write_kv_cache(key, value, *caches, slots)
+        reference.write_kv_cache_reference(key, value, *expected, slots)
+        assert all(torch.equal(actual, wanted) for actual, wanted in zip(caches, expected))
+
+    def check_tkv() -> None:
+        pools = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero",
+                 "value_sink")
+        expected = dataclasses.replace(layer, **{name: getattr(layer, name).clone() for name in pools})
+        write_tkv_cache(key, value, positions, slots, layer)
+        write_tkv_cache_reference(key, value, positions, slots, expected)
+        assert all(torch.equal(getattr(layer, name), getattr(expected, name)) for name in pools)
+
+    return [
+        BenchCase(kernel="write bf16", shape=label, run=lambda: write_kv_cache(key, value, *caches, slots),
+                  check=check_bf16, bytes_moved=2 * model_bytes),
+        BenchCase(kernel=f"write tkv K{shape.key_bits}V{shape.value_bits}", shape=label,
+                  run=lambda: write_tkv_cache(key, value, positions, slots, layer), check=check_tkv,
+                  bytes_moved=model_bytes + num_tokens * shape.num_kv_heads * tkv_token_bytes(shape)),
+    ]
+
+
+def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Generator) -> list[BenchCase]:
+    bench = build(shape, query_lens, query_lens, generator)
+    batch, layer = bench.paged, bench.layer
+    bf16_arguments = (batch.query.bfloat16(), batch.key_cache, batch.value_cache, batch.block_tables,
+                      batch.query_start_loc, batch.seq_lens, batch.softmax_scale)
+    tkv_arguments = (batch.query, layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
+                     batch.softmax_scale)
+    pairs = sum(q * (q + 1) // 2 for q in query_lens)
+    flops = 4 * pairs * shape.num_heads * shape.head_dim
+    tokens = sum(query_lens)
+    return [
+        BenchCase(kernel="prefill bf16", shape=bench.label, run=lambda: paged_prefill_attention(*bf16_arguments),
+                  check=lambda: torch.testing.assert_close(
+                      paged_prefill_attention(*bf16_arguments),
+                      reference.paged_prefill_attention_reference(*bf16_arguments), atol=1.6e-2, rtol=1.6e-2),
+                  flops=flops,
+                  bytes_moved=2 * tokens * shape.num_kv_heads * shape.head_dim * BF16_BYTES),
+        BenchCase(kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits}", shape=bench.label,
+                  run=lambda: tkv_paged_prefill_attention(*tkv_arguments),
+                  check=lambda: assert_tkv_close(tkv_paged_prefill_attention(*tkv_arguments),
+                                                 tkv_paged_prefill_attention_reference(*tkv_arguments),
+                                                 torch.float16),
+                  flops=flops, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape)),
+    ]
+
+
+def llama_tkv(key_bits: int = 4, value_bits: int = 4) -> TkvShape:
+    return TkvShape(LLAMA.num_heads, LLAMA.num_kv_heads, LLAMA.head_dim, LLAMA.page_size, key_bits, value_bits,
+                    group_size=32, sink_tokens=1)
+
+
+def decode_grid(generator: torch.Generator) -> tuple[list[BenchResult], list[dict[str, object]]]:
+    """K4V4 vs bf16 at 8k and 32k, batch 1/8/32; one bench per shape, freed before the next."""
+    results, speedups = [], []
+    shape = llama_tkv()
+    for context in (8192, 32768):
+        for batch_size in (1, 8, 32):
+            bench = build(shape, [1] * batch_size, [context] * batch_size, generator)
+            bf16, tkv, step = (measure(case) for case in (
+                bf16_decode_case(bench), tkv_decode_case(bench, shape), tkv_decode_case(bench, shape,
+                                                                                        with_transforms=True)))
+            results += [bf16, tkv, step]
+            speedups.append({"context": context, "batch": batch_size, "bf16_ms": bf16.median_ms,
+                             "tkv_kernel_ms": tkv.median_ms, "tkv_with_transforms_ms": step.median_ms,
+                             "kernel_speedup": bf16.median_ms / tkv.median_ms,
+                             "speedup_with_transforms": bf16.median_ms / step.median_ms})
+            del bench
+            torch.cuda.empty_cache()
+    return results, speedups
+
+
+def other_cases(generator: torch.Generator) -> list[BenchCase]:
+    bench_bits = [(8, 8), (3, 3), (2, 2), (4, 2)]
+    cases = []
+    for key_bits, value_bits in bench_bits:
+        shape = llama_tkv(key_bits, value_bits)
+        cases.append(tkv_decode_case(build(shape, [1] * 8, [32768] * 8, generator), shape))
+    cases += write_cases(32768, llama_tkv(), generator)
+    cases += prefill_cases(llama_tkv(), [2048] * 4, generator)
+    return cases
+
+
+def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
+    """Decode tiles and split counts at 32k, batch 1 and 32."""
+    shape = llama_tkv()
+    cases = []
+    for batch_size in (1, 32):
+        bench = build(shape, [1] * batch_size, [32768] * batch_size, generator)
+        for block_n, warps in ((32, 4), (64, 4), (64, 8), (128, 8)):
+            cases.append(tkv_decode_case(bench, shape, DecodeTiles(block_n, warps)))
+        for splits in ((32, 64, 128, 256) if batch_size == 1 else (1, 2, 4, 8)):
+            cases.append(tkv_decode_case(bench, shape, num_splits=splits))
+    return cases
+
+
+def speedup_table(speedups: list[dict[str, object]]) -> str:
+    lines = ["| context | batch | bf16 ms | TKV K4V4 kernel ms | x | TKV with transforms ms | x |", "|" + "---|" * 7]
+    for row in speedups:
+        lines.append(
+            f"| {row['context']} | {row['batch']} | {row['bf16_ms']:.4f} | {row['tkv_kernel_ms']:.4f} | "
+            f"{row['kernel_speedup']:.2f} | {row['tkv_with_transforms_ms']:.4f} | {row['speedup_with_transforms']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=Path("bench-results/tkv.json"))
+    parser.add_argument("--sweep", action="store_true", help="also time TKV decode tiles and split counts at 32k")
+    arguments = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_tkv.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    generator = torch.Generator(device="cuda").manual_seed(20261129)
+    summary: dict[str, object] = {
+        "date": date.today().isoformat(), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "triton": triton.__version__, "copy_bandwidth_tb_per_s_measured": copy_bandwidth_bytes_per_s() / 1e12,
+    }
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    decode, speedups = decode_grid(generator)
+    summary |= {"decode": [asdict(r) for r in decode], "speedups": speedups}
+    arguments.output.write_text(json.dumps(summary, indent=2))  # kept even if a later part fails
+    others = [measure(case) for case in other_cases(generator)]
+    summary["others"] = [asdict(r) for r in others]
+    arguments.output.write_text(json.dumps(summary, indent=2))
+    sweep = [measure(case) for case in sweep_cases(generator)] if arguments.sweep else []
+    summary["sweep"] = [asdict(r) for r in sweep]
+    arguments.output.write_text(json.dumps(summary, indent=2))
+    print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}")
+    print("\n" + format_table(decode + others + sweep))
+    print("\n" + speedup_table(speedups))
+    print(f"\nwritten to {arguments.output}")
+    return 0 if all(r.correct for r in decode + others + sweep) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
