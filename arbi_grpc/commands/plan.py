@@ -36,6 +36,11 @@ def _plan(args: argparse.Namespace) -> int:
     from arbi_grpc.memory.model_source import read_model_source, reference_model_source
 
     config = resolve(EngineConfig, args)
+    if config.kv_cache_dtype == "tkv":
+        raise NotImplementedError(
+            "plan --kv-cache-dtype tkv: the TKV pool is sized from the calibration bundle's bits, which plan does "
+            "not read (the bundle is checked against the model's weights); a boot logs the measured budget"
+        )
     source = reference_model_source(args.shape) if args.shape else read_model_source(config.model)
     model = source.config
     kv_pool = plan_kv_pool(config, model)

@@ -42,3 +42,8 @@ def test_a_cuda_plan_needs_no_torch() -> None:
     assert result.returncode == 0, result.stderr
     components = json.loads(result.stdout)["components"]
     assert components["cuda_graphs"]["bytes"] > 0 and components["allocator_overhead"]["bytes"] > 0
+
+
+def test_a_tkv_plan_names_the_missing_boundary(capsys) -> None:
+    assert main(["plan", "--shape", "qwen3-0.6b", "--kv-cache-dtype", "tkv", "--kv-calibration", "bundle"]) == 2
+    assert "plan --kv-cache-dtype tkv" in capsys.readouterr().err
