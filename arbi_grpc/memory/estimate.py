@@ -3,7 +3,8 @@ loading weights or importing torch: what `arbi-serve plan` prints and what a boo
 
 Weights and the KV cache are exact (parameter count and pool size). Activations model the step that the
 boot profiles (`activation_profile.py`): the larger of the forward pass (residual stream plus the MLP's or
-attention's transients) and the logits phase (logits of every token, then the sampler's working set).
+attention's transients) and the logits phase (logits of every token, then the sampler's working set). On
+CUDA the forward pass, the CUDA graph pool and the allocator's slack come from `cuda_estimate.py`.
 """
 
 from __future__ import annotations
