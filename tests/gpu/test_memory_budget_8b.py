@@ -9,7 +9,6 @@ each case's components, estimated against measured.
 from __future__ import annotations
 
 import gc
-import importlib.util
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +16,7 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.engine.cuda_graphs import DecodeGraphs
 from arbi_grpc.memory.budget import MemoryBudget
 from arbi_grpc.memory.cuda_estimate import graph_max_batch
 from arbi_grpc.memory.estimate import estimate_budget
@@ -28,7 +28,6 @@ from arbi_grpc.models.random_weights import model_config_for_shape, random_causa
 from arbi_grpc.observability.collectors import MemoryBudgetCollector
 from arbi_grpc.observability.cuda_allocator_metrics import CudaAllocatorCollector, cuda_allocator_reader
 
-GRAPH_RUNNER_EXISTS = importlib.util.find_spec("arbi_grpc.engine.cuda_graphs") is not None
 DEFAULT_STEP: dict[str, int] = {}  # 512 step tokens, 64 running
 THROUGHPUT_STEP = {"max_step_tokens": 2048, "max_running_requests": 256}
 CASES = [
@@ -50,8 +49,6 @@ def clean_device() -> Iterator[None]:
 
 @pytest.mark.parametrize(("shape", "graphs", "step"), CASES)
 def test_plan_matches_the_measured_budget(shape: str, graphs: bool, step: dict[str, int], clean_device) -> None:
-    if graphs and not GRAPH_RUNNER_EXISTS:
-        pytest.skip("arbi_grpc/engine/cuda_graphs.py is not there yet")
     config = EngineConfig(model=shape, device="cuda", max_model_len=8192, kv_cache_memory_mib=4096,
                           cuda_graph_max_batch=256 if graphs else 0, **step)
     estimated, measured, reserved, gauges = _boot(shape, config)
@@ -79,8 +76,6 @@ def _boot(shape: str, config: EngineConfig) -> tuple[MemoryBudget, MemoryBudget,
     kv_cache = build_kv_cache(config, model_config, kv_pool.num_blocks)
     graph_bytes = 0
     if config.cuda_graph_max_batch:  # captured before the profile: a capture empties the allocator's cache
-        from arbi_grpc.engine.cuda_graphs import DecodeGraphs
-
         decode_graphs = DecodeGraphs(model, kv_cache, max_batch=graph_max_batch(config),
                                      max_model_len=kv_pool.max_model_len)
         graph_bytes = reserved_growth(decode_graphs.capture, kv_cache.device)
