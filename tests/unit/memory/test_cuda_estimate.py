@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.cuda_graphs import graph_batch_sizes
 from arbi_grpc.memory.budget import MemoryLimit
 from arbi_grpc.memory.cuda_estimate import (
     cuda_forward_bytes,
@@ -25,9 +26,8 @@ CUDA_COMPONENTS = ("weights", "kv_cache", "codec_scratch", "activations", "cuda_
 
 
 def test_graph_batch_sizes_are_the_runners() -> None:
-    cuda_graphs = pytest.importorskip("arbi_grpc.engine.cuda_graphs")
     for max_batch in range(1, 300):
-        assert decode_graph_batch_sizes(max_batch) == cuda_graphs.graph_batch_sizes(max_batch), max_batch
+        assert decode_graph_batch_sizes(max_batch) == graph_batch_sizes(max_batch), max_batch
     assert decode_graph_batch_sizes(0) == ()
 
 
