@@ -36,9 +36,10 @@ QK_NORM_FLOAT32_QUERY_COPIES = 2
 SMALL_GRAPH_BATCHES = (1, 2, 4)
 GRAPH_BATCH_STEP = 8
 LOGITS_BYTES = 4  # a graph returns float32 logits
-# Streams that run matmuls during the capture, each with its own cuBLAS workspace kept for good: the capture
-# stream and one warm-up stream (a new warm-up stream per batch size would add a workspace per size).
-CAPTURE_STREAMS = 2
+# Every stream that runs a matmul keeps a cuBLAS workspace for good. `DecodeGraphs.capture` warms each batch
+# size up on a stream of its own and captures on torch.cuda.graph's capture stream.
+WARM_UP_STREAMS_PER_GRAPH = 1
+CAPTURE_STREAMS = 1
 
 
 def cuda_forward_bytes(model: ModelConfig, dtype: str, tokens: int, longest_prompt: int, attention_backend: str) -> int:
@@ -73,8 +74,8 @@ def graph_max_batch(config: EngineConfig) -> int:
 
 def cuda_graph_pool_bytes(model: ModelConfig, config: EngineConfig) -> int:
     """What capturing the decode graphs reserves: the logits every graph keeps, the largest batch's transients
-    (the larger of its forward pass and its logits in the model's dtype before the cast), and cuBLAS
-    workspaces for the capture stream and for the stream the warm-up runs on."""
+    (the larger of its forward pass and its logits in the model's dtype before the cast), and the cuBLAS
+    workspaces of the warm-up and capture streams."""
     sizes = decode_graph_batch_sizes(graph_max_batch(config))
     if not sizes:
         return 0
@@ -84,7 +85,8 @@ def cuda_graph_pool_bytes(model: ModelConfig, config: EngineConfig) -> int:
     forward = cuda_forward_bytes(model, config.dtype, largest, 1, config.attention_backend)
     narrow_logits = largest * (model.vocab_size + model.hidden_size) * element if element < LOGITS_BYTES else 0
     pool = _round_up(kept_logits + max(forward, narrow_logits), LARGE_ROUNDING_BYTES) + SMALL_SEGMENT_BYTES
-    return pool + CAPTURE_STREAMS * CUBLAS_WORKSPACE_BYTES
+    streams = WARM_UP_STREAMS_PER_GRAPH * len(sizes) + CAPTURE_STREAMS
+    return pool + streams * CUBLAS_WORKSPACE_BYTES
 
 
 def allocator_slack_bytes(model: ModelConfig, weight_bytes: int) -> int:
