@@ -131,7 +131,8 @@ def parse_kv_bits(text: str) -> tuple[int, int] | None:
     InvalidArgumentError("kv_bits", ...)."""
     if not text:
         return None
-    from arbi_grpc.kv_codec.spec import validate_bits  # lazily: the codec needs torch, the client CLI does not
+    # Imported here: the codec needs torch, the client CLI does not.
+    from arbi_grpc.kv_codec.spec import validate_bits
 
     parts = text.split("/")
     if len(parts) > 2 or not all(part.strip().isdigit() for part in parts):

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
 
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 _DRAIN_POLL_S = 0.05
 
 ModelLoader = Callable[[EngineConfig], ServedModel]
+T = TypeVar("T")
 
 
 class FailedPreconditionError(ArbiError):
@@ -130,6 +132,28 @@ class ModelHost:
         self._served = None
         for engine in engines:
             await asyncio.to_thread(engine.shutdown)
+
+    async def rebuild_quiesced(self, operation: str, drain_timeout_s: float, rebuild: Callable[[Engine], T],
+                               config: EngineConfig) -> tuple[T, int]:
+        """Runs `rebuild(engine)` on the resident engine's thread once no request is in it: admission stops,
+        requests in flight get `drain_timeout_s`, the rest are cancelled; admission resumes afterwards unless
+        a drain was already in force. When `rebuild` succeeds, `config` becomes the config new models load
+        with. Returns rebuild's result and how many requests were cancelled.
+        """
+        served = self._require_resident()
+        with self._exclusive(operation):
+            was_draining = self._draining
+            await self.drain(0)
+            try:
+                remaining = await self._wait_idle([served.engine], drain_timeout_s)
+                snapshots = await asyncio.wrap_future(served.engine.list_requests()) if remaining else []
+                cancelled = [await asyncio.wrap_future(served.engine.cancel(s.request_id)) for s in snapshots]
+                result = await asyncio.wrap_future(served.engine.call(lambda: rebuild(served.engine)))
+                self._config = config
+            finally:
+                if not was_draining:
+                    await self.resume()
+        return result, sum(cancelled)
 
     # -- drain and resume --------------------------------------------------------------------------
 

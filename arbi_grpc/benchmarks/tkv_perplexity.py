@@ -167,7 +167,7 @@ def main() -> None:
     greedy_names = set(args.greedy_settings) | ({"fp32"} if args.greedy_settings else set())
     rows = [measure(s, args.model, args.wikitext, args.windows, s.name in greedy_names) for s in settings]
     reference = next((row for row in rows if row["setting"] == "fp32"), None)
-    print(f"| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = fp32 |\n|---|---|---|---|---|---|")
+    print("| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = fp32 |\n|---|---|---|---|---|---|")
     for row in rows:
         delta, agreement = "", ""
         if reference is not None:

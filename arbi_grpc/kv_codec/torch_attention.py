@@ -18,7 +18,10 @@ from arbi_grpc.kv_codec.codec import TkvLayerCodec
 from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage, TkvPagedKVCache
 from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
 from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention, grouped_query_attention
+from arbi_grpc.models.torch_paged_attention import (
+    TorchPagedAttention,
+    grouped_query_attention,
+)
 
 
 @dataclass(frozen=True)

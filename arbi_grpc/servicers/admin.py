@@ -1,6 +1,6 @@
-"""AdminService: server info, liveness and readiness, models (list, load, unload, switch), memory, running
-requests, runtime settings, drain and resume. Credentials are checked before any of this runs
-(`auth/interceptor.py`); the state changes themselves live in `ModelHost`.
+"""AdminService: server info, liveness and readiness, models (list, load, unload, switch), memory, the TKV
+calibration reload, running requests, runtime settings, drain and resume. Credentials are checked before any
+of this runs (`auth/interceptor.py`); the state changes themselves live in `ModelHost`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import logging
 import time
 
 import grpc
-
 from arbi_client.arbi.v1 import admin_service_pb2 as pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as pb_grpc
+
 from arbi_grpc import __version__
 from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError
 from arbi_grpc.model_host import FailedPreconditionError, ModelHost
@@ -21,11 +21,11 @@ from arbi_grpc.models.model_cache import list_cached_models
 from arbi_grpc.runtime_settings import RuntimeSettings
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers import admin_conversion as convert
+from arbi_grpc.servicers.admin_kv_reload import reload_kv_calibration
 from arbi_grpc.servicers.status import abort_with, abort_with_status, build_status
 
 log = logging.getLogger(__name__)
 
-KV_CODEC = "none"  # plain KV tensors in the model's dtype
 BACKEND = "torch"
 
 
@@ -35,7 +35,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         self._config = config
         self._generate_token_required = generate_token_required
 
-    async def GetServerInfo(self, request, context) -> pb.GetServerInfoResponse:  # noqa: N802
+    async def GetServerInfo(self, request, context) -> pb.GetServerInfoResponse:
         served, engine_config = self._host.served, self._host.config
         return pb.GetServerInfoResponse(
             version=__version__,
@@ -43,38 +43,38 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             backend=BACKEND,
             device=engine_config.device,
             dtype=engine_config.dtype,
-            kv_codec=KV_CODEC,
+            kv_codec=convert.kv_codec(served),
             limits=convert.server_limits(
                 self._config, self._host.runtime_settings(), self._generate_token_required
             ),
         )
 
-    async def CheckLiveness(self, request, context) -> pb.CheckLivenessResponse:  # noqa: N802
+    async def CheckLiveness(self, request, context) -> pb.CheckLivenessResponse:
         return pb.CheckLivenessResponse(uptime_ms=int((time.monotonic() - self._host.started_at) * 1000))
 
-    async def CheckReadiness(self, request, context) -> pb.CheckReadinessResponse:  # noqa: N802
+    async def CheckReadiness(self, request, context) -> pb.CheckReadinessResponse:
         ready, reason = self._host.readiness()
         return pb.CheckReadinessResponse(ready=ready, reason=reason)
 
-    async def ListModels(self, request, context) -> pb.ListModelsResponse:  # noqa: N802
+    async def ListModels(self, request, context) -> pb.ListModelsResponse:
         cached = await asyncio.to_thread(list_cached_models)
         return pb.ListModelsResponse(models=convert.available_models(self._host.served, cached))
 
-    async def LoadModel(self, request, context) -> pb.LoadModelResponse:  # noqa: N802
+    async def LoadModel(self, request, context) -> pb.LoadModelResponse:
         try:
             served = await _model_operation(self._host.load(request.model))
         except ArbiError as error:
             await abort_with(context, error)
         return pb.LoadModelResponse(model=convert.model_info(served))
 
-    async def UnloadModel(self, request, context) -> pb.UnloadModelResponse:  # noqa: N802
+    async def UnloadModel(self, request, context) -> pb.UnloadModelResponse:
         try:
             name, ended = await self._host.unload(self._drain_timeout_s(request.drain_timeout_ms))
         except ArbiError as error:
             await abort_with(context, error)
         return pb.UnloadModelResponse(model=name, ended_request_count=ended)
 
-    async def SwitchModel(self, request, context) -> pb.SwitchModelResponse:  # noqa: N802
+    async def SwitchModel(self, request, context) -> pb.SwitchModelResponse:
         try:
             timeout_s = self._drain_timeout_s(request.drain_timeout_ms)
             served, previous, ended = await _model_operation(self._host.switch(request.model, timeout_s))
@@ -84,13 +84,13 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             model=convert.model_info(served), previous_model=previous, ended_request_count=ended
         )
 
-    async def GetMemoryReport(self, request, context) -> pb.GetMemoryReportResponse:  # noqa: N802
+    async def GetMemoryReport(self, request, context) -> pb.GetMemoryReportResponse:
         served = self._host.served
         if served is None:
             await abort_with(context, FailedPreconditionError("no model is resident"))
         return pb.GetMemoryReportResponse(**convert.memory_report_fields(served, served.engine.stats()))
 
-    async def FlushPrefixCache(self, request, context) -> pb.FlushPrefixCacheResponse:  # noqa: N802
+    async def FlushPrefixCache(self, request, context) -> pb.FlushPrefixCacheResponse:
         served = self._host.served
         if served is None:
             await abort_with(context, FailedPreconditionError("no model is resident"))
@@ -98,7 +98,18 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         flushed = await asyncio.wrap_future(served.engine.flush_prefix_cache(tenant))
         return pb.FlushPrefixCacheResponse(flushed_block_count=flushed)
 
-    async def ListRunningRequests(self, request, context) -> pb.ListRunningRequestsResponse:  # noqa: N802
+    async def ReloadKvCalibration(self, request, context) -> pb.ReloadKvCalibrationResponse:
+        try:
+            timeout_s = self._drain_timeout_s(request.drain_timeout_ms)
+            reload = await _model_operation(reload_kv_calibration(self._host, request.path, request.kv_bits,
+                                                                   timeout_s))
+        except ArbiError as error:
+            await abort_with(context, error)
+        log.info("KV calibration reloaded from %s: %s", request.path, reload.kv_codec)
+        return pb.ReloadKvCalibrationResponse(kv_codec=reload.kv_codec, cancelled_request_count=reload.num_cancelled,
+                                              flushed_block_count=reload.num_flushed_blocks)
+
+    async def ListRunningRequests(self, request, context) -> pb.ListRunningRequestsResponse:
         response = pb.ListRunningRequestsResponse()
         for engine in self._host.engines():
             try:
@@ -108,7 +119,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             response.requests.extend(convert.running_request(s) for s in snapshots)
         return response
 
-    async def CancelRunningRequest(self, request, context) -> pb.CancelRunningRequestResponse:  # noqa: N802
+    async def CancelRunningRequest(self, request, context) -> pb.CancelRunningRequestResponse:
         if not request.request_id:
             await abort_with(context, InvalidArgumentError("request_id", "name the request to cancel"))
         for engine in self._host.engines():
@@ -117,10 +128,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         await abort_with(context, NotFoundError(
             f"no request {request.request_id!r} is in the engine (it may have just finished)"))
 
-    async def GetRuntimeConfig(self, request, context) -> pb.GetRuntimeConfigResponse:  # noqa: N802
+    async def GetRuntimeConfig(self, request, context) -> pb.GetRuntimeConfigResponse:
         return pb.GetRuntimeConfigResponse(config=convert.runtime_config(self._host.runtime_settings()))
 
-    async def UpdateRuntimeConfig(self, request, context) -> pb.UpdateRuntimeConfigResponse:  # noqa: N802
+    async def UpdateRuntimeConfig(self, request, context) -> pb.UpdateRuntimeConfigResponse:
         paths = list(request.update_mask.paths)
         if not paths:
             await abort_with(context, InvalidArgumentError(
@@ -139,13 +150,13 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         log.info("runtime settings updated: %s", values)
         return pb.UpdateRuntimeConfigResponse(config=convert.runtime_config(updated))
 
-    async def DrainServer(self, request, context) -> pb.DrainServerResponse:  # noqa: N802
+    async def DrainServer(self, request, context) -> pb.DrainServerResponse:
         if request.timeout_ms < 0:
             await abort_with(context, InvalidArgumentError("timeout_ms", "must be >= 0"))
         remaining = await self._host.drain(request.timeout_ms / 1000)
         return pb.DrainServerResponse(remaining_request_count=remaining)
 
-    async def ResumeServer(self, request, context) -> pb.ResumeServerResponse:  # noqa: N802
+    async def ResumeServer(self, request, context) -> pb.ResumeServerResponse:
         await self._host.resume()
         return pb.ResumeServerResponse()
 

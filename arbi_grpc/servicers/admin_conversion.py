@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from arbi_client.arbi.v1 import admin_types_pb2 as admin_pb
+
 from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
 from arbi_grpc.runtime_settings import RuntimeSettings
 from arbi_grpc.server_config import ServerConfig
@@ -71,17 +73,28 @@ def running_request(snapshot: RequestSnapshot) -> admin_pb.RunningRequest:
     )
 
 
-def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int]:
-    """The fields of GetMemoryReportResponse."""
+def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int | float]:
+    """The fields of GetMemoryReportResponse; block bytes come from the storage in force (a KV calibration
+    reload may change them)."""
     used = stats.num_total_blocks - stats.num_free_blocks
+    block_bytes = served.engine.runner.kv_cache.bytes_per_block
+    block_tokens = served.config.block_size
     return {
         "kv_block_count": stats.num_total_blocks,
         "kv_used_block_count": used,
         "kv_free_block_count": stats.num_free_blocks,
         "kv_cached_block_count": stats.num_cached_blocks,
-        "kv_block_tokens": served.config.block_size,
-        "kv_block_bytes": served.kv_block_bytes,
-        "kv_cache_bytes": stats.num_total_blocks * served.kv_block_bytes,
-        "kv_used_bytes": used * served.kv_block_bytes,
+        "kv_block_tokens": block_tokens,
+        "kv_block_bytes": block_bytes,
+        "kv_cache_bytes": stats.num_total_blocks * block_bytes,
+        "kv_used_bytes": used * block_bytes,
         "weight_bytes": served.weight_bytes,
+        "kv_bytes_per_token_per_layer": block_bytes / (block_tokens * served.model_config.num_layers),
+        "kv_capacity_token_count": stats.num_total_blocks * block_tokens,
     }
+
+
+def kv_codec(served: ServedModel | None) -> str:
+    """GetServerInfoResponse.kv_codec: "none" for plain KV tensors, else the TKV setting in force."""
+    storage = None if served is None else served.engine.runner.kv_cache
+    return storage.setting_name if isinstance(storage, TkvPagedKVCache) else "none"

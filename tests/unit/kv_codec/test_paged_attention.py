@@ -11,7 +11,11 @@ import torch
 from arbi_grpc.kv_codec import TkvCalibration, tkv_attention
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
-from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule, tokens_needed
+from tests.unit.models.paged_harness import (
+    PagedStepRunner,
+    chunked_schedule,
+    tokens_needed,
+)
 from tests.unit.models.test_torch_paged_attention import dense_causal_attention
 
 HEADS, KV_HEADS, HEAD_DIM = 6, 2, 32
@@ -52,9 +56,10 @@ def _play(
     sequences: Sequences,
     calibration: TkvCalibration,
     block_size: int,
-    backend: TkvTorchPagedAttention = TkvTorchPagedAttention(),
+    backend: TkvTorchPagedAttention | None = None,
 ) -> list[dict[int, torch.Tensor]]:
     """Each step through every layer (in random order); returns per layer {sequence: outputs of its tokens}."""
+    backend = backend or TkvTorchPagedAttention()
     num_blocks = sum(-(-len(q) // block_size) for q, _, _ in sequences.values()) + 3
     cache = TkvPagedKVCache(calibration, num_blocks=num_blocks, block_size=block_size, device="cpu")
     runner = PagedStepRunner(block_size=block_size, num_blocks=num_blocks, rng=rng)

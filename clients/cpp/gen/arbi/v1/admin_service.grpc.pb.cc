@@ -32,6 +32,7 @@ static const char* AdminService_method_names[] = {
   "/arbi.v1.AdminService/SwitchModel",
   "/arbi.v1.AdminService/GetMemoryReport",
   "/arbi.v1.AdminService/FlushPrefixCache",
+  "/arbi.v1.AdminService/ReloadKvCalibration",
   "/arbi.v1.AdminService/ListRunningRequests",
   "/arbi.v1.AdminService/CancelRunningRequest",
   "/arbi.v1.AdminService/GetRuntimeConfig",
@@ -56,12 +57,13 @@ AdminService::Stub::Stub(const std::shared_ptr< ::grpc::ChannelInterface>& chann
   , rpcmethod_SwitchModel_(AdminService_method_names[6], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
   , rpcmethod_GetMemoryReport_(AdminService_method_names[7], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
   , rpcmethod_FlushPrefixCache_(AdminService_method_names[8], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_ListRunningRequests_(AdminService_method_names[9], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_CancelRunningRequest_(AdminService_method_names[10], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_GetRuntimeConfig_(AdminService_method_names[11], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_UpdateRuntimeConfig_(AdminService_method_names[12], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_DrainServer_(AdminService_method_names[13], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
-  , rpcmethod_ResumeServer_(AdminService_method_names[14], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_ReloadKvCalibration_(AdminService_method_names[9], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_ListRunningRequests_(AdminService_method_names[10], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_CancelRunningRequest_(AdminService_method_names[11], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_GetRuntimeConfig_(AdminService_method_names[12], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_UpdateRuntimeConfig_(AdminService_method_names[13], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_DrainServer_(AdminService_method_names[14], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
+  , rpcmethod_ResumeServer_(AdminService_method_names[15], options.suffix_for_stats(),::grpc::internal::RpcMethod::NORMAL_RPC, channel)
   {}
 
 ::grpc::Status AdminService::Stub::GetServerInfo(::grpc::ClientContext* context, const ::arbi::v1::GetServerInfoRequest& request, ::arbi::v1::GetServerInfoResponse* response) {
@@ -267,6 +269,29 @@ void AdminService::Stub::async::FlushPrefixCache(::grpc::ClientContext* context,
 ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>* AdminService::Stub::AsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
   auto* result =
     this->PrepareAsyncFlushPrefixCacheRaw(context, request, cq);
+  result->StartCall();
+  return result;
+}
+
+::grpc::Status AdminService::Stub::ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::arbi::v1::ReloadKvCalibrationResponse* response) {
+  return ::grpc::internal::BlockingUnaryCall< ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(channel_.get(), rpcmethod_ReloadKvCalibration_, context, request, response);
+}
+
+void AdminService::Stub::async::ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response, std::function<void(::grpc::Status)> f) {
+  ::grpc::internal::CallbackUnaryCall< ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(stub_->channel_.get(), stub_->rpcmethod_ReloadKvCalibration_, context, request, response, std::move(f));
+}
+
+void AdminService::Stub::async::ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response, ::grpc::ClientUnaryReactor* reactor) {
+  ::grpc::internal::ClientCallbackUnaryFactory::Create< ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(stub_->channel_.get(), stub_->rpcmethod_ReloadKvCalibration_, context, request, response, reactor);
+}
+
+::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>* AdminService::Stub::PrepareAsyncReloadKvCalibrationRaw(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) {
+  return ::grpc::internal::ClientAsyncResponseReaderHelper::Create< ::arbi::v1::ReloadKvCalibrationResponse, ::arbi::v1::ReloadKvCalibrationRequest, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(channel_.get(), cq, rpcmethod_ReloadKvCalibration_, context, request);
+}
+
+::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>* AdminService::Stub::AsyncReloadKvCalibrationRaw(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) {
+  auto* result =
+    this->PrepareAsyncReloadKvCalibrationRaw(context, request, cq);
   result->StartCall();
   return result;
 }
@@ -503,6 +528,16 @@ AdminService::Service::Service() {
   AddMethod(new ::grpc::internal::RpcServiceMethod(
       AdminService_method_names[9],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
+      new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
+          [](AdminService::Service* service,
+             ::grpc::ServerContext* ctx,
+             const ::arbi::v1::ReloadKvCalibrationRequest* req,
+             ::arbi::v1::ReloadKvCalibrationResponse* resp) {
+               return service->ReloadKvCalibration(ctx, req, resp);
+             }, this)));
+  AddMethod(new ::grpc::internal::RpcServiceMethod(
+      AdminService_method_names[10],
+      ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
              ::grpc::ServerContext* ctx,
@@ -511,7 +546,7 @@ AdminService::Service::Service() {
                return service->ListRunningRequests(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[10],
+      AdminService_method_names[11],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -521,7 +556,7 @@ AdminService::Service::Service() {
                return service->CancelRunningRequest(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[11],
+      AdminService_method_names[12],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -531,7 +566,7 @@ AdminService::Service::Service() {
                return service->GetRuntimeConfig(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[12],
+      AdminService_method_names[13],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -541,7 +576,7 @@ AdminService::Service::Service() {
                return service->UpdateRuntimeConfig(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[13],
+      AdminService_method_names[14],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -551,7 +586,7 @@ AdminService::Service::Service() {
                return service->DrainServer(ctx, req, resp);
              }, this)));
   AddMethod(new ::grpc::internal::RpcServiceMethod(
-      AdminService_method_names[14],
+      AdminService_method_names[15],
       ::grpc::internal::RpcMethod::NORMAL_RPC,
       new ::grpc::internal::RpcMethodHandler< AdminService::Service, ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse, ::grpc::protobuf::MessageLite, ::grpc::protobuf::MessageLite>(
           [](AdminService::Service* service,
@@ -622,6 +657,13 @@ AdminService::Service::~Service() {
 }
 
 ::grpc::Status AdminService::Service::FlushPrefixCache(::grpc::ServerContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response) {
+  (void) context;
+  (void) request;
+  (void) response;
+  return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+}
+
+::grpc::Status AdminService::Service::ReloadKvCalibration(::grpc::ServerContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response) {
   (void) context;
   (void) request;
   (void) response;

@@ -164,6 +164,28 @@ class AdminService final {
     std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>> PrepareAsyncFlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>>(PrepareAsyncFlushPrefixCacheRaw(context, request, cq));
     }
+    // ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+    // loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+    // drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+    // the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+    // prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+    // changes nothing: the old one keeps serving.
+    //
+    // Errors:
+    // - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+    //   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+    // - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+    //   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+    //   negative.
+    // - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+    // - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+    virtual ::grpc::Status ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::arbi::v1::ReloadKvCalibrationResponse* response) = 0;
+    std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ReloadKvCalibrationResponse>> AsyncReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ReloadKvCalibrationResponse>>(AsyncReloadKvCalibrationRaw(context, request, cq));
+    }
+    std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ReloadKvCalibrationResponse>> PrepareAsyncReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ReloadKvCalibrationResponse>>(PrepareAsyncReloadKvCalibrationRaw(context, request, cq));
+    }
     // ListRunningRequests lists the requests the engine holds, waiting and running.
     //
     // Errors: none of its own (an empty list when no model is resident).
@@ -308,6 +330,23 @@ class AdminService final {
       // - FAILED_PRECONDITION: no model is resident.
       virtual void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, std::function<void(::grpc::Status)>) = 0;
       virtual void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, ::grpc::ClientUnaryReactor* reactor) = 0;
+      // ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+      // loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+      // drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+      // the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+      // prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+      // changes nothing: the old one keeps serving.
+      //
+      // Errors:
+      // - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+      //   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+      // - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+      //   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+      //   negative.
+      // - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+      // - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+      virtual void ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response, std::function<void(::grpc::Status)>) = 0;
+      virtual void ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response, ::grpc::ClientUnaryReactor* reactor) = 0;
       // ListRunningRequests lists the requests the engine holds, waiting and running.
       //
       // Errors: none of its own (an empty list when no model is resident).
@@ -371,6 +410,8 @@ class AdminService final {
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::GetMemoryReportResponse>* PrepareAsyncGetMemoryReportRaw(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>* AsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::FlushPrefixCacheResponse>* PrepareAsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) = 0;
+    virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ReloadKvCalibrationResponse>* AsyncReloadKvCalibrationRaw(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) = 0;
+    virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ReloadKvCalibrationResponse>* PrepareAsyncReloadKvCalibrationRaw(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ListRunningRequestsResponse>* AsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::ListRunningRequestsResponse>* PrepareAsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) = 0;
     virtual ::grpc::ClientAsyncResponseReaderInterface< ::arbi::v1::CancelRunningRequestResponse>* AsyncCancelRunningRequestRaw(::grpc::ClientContext* context, const ::arbi::v1::CancelRunningRequestRequest& request, ::grpc::CompletionQueue* cq) = 0;
@@ -450,6 +491,13 @@ class AdminService final {
     std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>> PrepareAsyncFlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>>(PrepareAsyncFlushPrefixCacheRaw(context, request, cq));
     }
+    ::grpc::Status ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::arbi::v1::ReloadKvCalibrationResponse* response) override;
+    std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>> AsyncReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>>(AsyncReloadKvCalibrationRaw(context, request, cq));
+    }
+    std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>> PrepareAsyncReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) {
+      return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>>(PrepareAsyncReloadKvCalibrationRaw(context, request, cq));
+    }
     ::grpc::Status ListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::arbi::v1::ListRunningRequestsResponse* response) override;
     std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>> AsyncListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) {
       return std::unique_ptr< ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>>(AsyncListRunningRequestsRaw(context, request, cq));
@@ -513,6 +561,8 @@ class AdminService final {
       void GetMemoryReport(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest* request, ::arbi::v1::GetMemoryReportResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
       void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, std::function<void(::grpc::Status)>) override;
       void FlushPrefixCache(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
+      void ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response, std::function<void(::grpc::Status)>) override;
+      void ReloadKvCalibration(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
       void ListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest* request, ::arbi::v1::ListRunningRequestsResponse* response, std::function<void(::grpc::Status)>) override;
       void ListRunningRequests(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest* request, ::arbi::v1::ListRunningRequestsResponse* response, ::grpc::ClientUnaryReactor* reactor) override;
       void CancelRunningRequest(::grpc::ClientContext* context, const ::arbi::v1::CancelRunningRequestRequest* request, ::arbi::v1::CancelRunningRequestResponse* response, std::function<void(::grpc::Status)>) override;
@@ -554,6 +604,8 @@ class AdminService final {
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::GetMemoryReportResponse>* PrepareAsyncGetMemoryReportRaw(::grpc::ClientContext* context, const ::arbi::v1::GetMemoryReportRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>* AsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::FlushPrefixCacheResponse>* PrepareAsyncFlushPrefixCacheRaw(::grpc::ClientContext* context, const ::arbi::v1::FlushPrefixCacheRequest& request, ::grpc::CompletionQueue* cq) override;
+    ::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>* AsyncReloadKvCalibrationRaw(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) override;
+    ::grpc::ClientAsyncResponseReader< ::arbi::v1::ReloadKvCalibrationResponse>* PrepareAsyncReloadKvCalibrationRaw(::grpc::ClientContext* context, const ::arbi::v1::ReloadKvCalibrationRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>* AsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::ListRunningRequestsResponse>* PrepareAsyncListRunningRequestsRaw(::grpc::ClientContext* context, const ::arbi::v1::ListRunningRequestsRequest& request, ::grpc::CompletionQueue* cq) override;
     ::grpc::ClientAsyncResponseReader< ::arbi::v1::CancelRunningRequestResponse>* AsyncCancelRunningRequestRaw(::grpc::ClientContext* context, const ::arbi::v1::CancelRunningRequestRequest& request, ::grpc::CompletionQueue* cq) override;
@@ -575,6 +627,7 @@ class AdminService final {
     const ::grpc::internal::RpcMethod rpcmethod_SwitchModel_;
     const ::grpc::internal::RpcMethod rpcmethod_GetMemoryReport_;
     const ::grpc::internal::RpcMethod rpcmethod_FlushPrefixCache_;
+    const ::grpc::internal::RpcMethod rpcmethod_ReloadKvCalibration_;
     const ::grpc::internal::RpcMethod rpcmethod_ListRunningRequests_;
     const ::grpc::internal::RpcMethod rpcmethod_CancelRunningRequest_;
     const ::grpc::internal::RpcMethod rpcmethod_GetRuntimeConfig_;
@@ -650,6 +703,22 @@ class AdminService final {
     // Errors:
     // - FAILED_PRECONDITION: no model is resident.
     virtual ::grpc::Status FlushPrefixCache(::grpc::ServerContext* context, const ::arbi::v1::FlushPrefixCacheRequest* request, ::arbi::v1::FlushPrefixCacheResponse* response);
+    // ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+    // loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+    // drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+    // the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+    // prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+    // changes nothing: the old one keeps serving.
+    //
+    // Errors:
+    // - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+    //   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+    // - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+    //   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+    //   negative.
+    // - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+    // - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+    virtual ::grpc::Status ReloadKvCalibration(::grpc::ServerContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response);
     // ListRunningRequests lists the requests the engine holds, waiting and running.
     //
     // Errors: none of its own (an empty list when no model is resident).
@@ -866,12 +935,32 @@ class AdminService final {
     }
   };
   template <class BaseClass>
+  class WithAsyncMethod_ReloadKvCalibration : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithAsyncMethod_ReloadKvCalibration() {
+      ::grpc::Service::MarkMethodAsync(9);
+    }
+    ~WithAsyncMethod_ReloadKvCalibration() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status ReloadKvCalibration(::grpc::ServerContext* /*context*/, const ::arbi::v1::ReloadKvCalibrationRequest* /*request*/, ::arbi::v1::ReloadKvCalibrationResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    void RequestReloadKvCalibration(::grpc::ServerContext* context, ::arbi::v1::ReloadKvCalibrationRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::ReloadKvCalibrationResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
+      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
+    }
+  };
+  template <class BaseClass>
   class WithAsyncMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodAsync(9);
+      ::grpc::Service::MarkMethodAsync(10);
     }
     ~WithAsyncMethod_ListRunningRequests() override {
       BaseClassMustBeDerivedFromService(this);
@@ -882,7 +971,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestListRunningRequests(::grpc::ServerContext* context, ::arbi::v1::ListRunningRequestsRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::ListRunningRequestsResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -891,7 +980,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodAsync(10);
+      ::grpc::Service::MarkMethodAsync(11);
     }
     ~WithAsyncMethod_CancelRunningRequest() override {
       BaseClassMustBeDerivedFromService(this);
@@ -902,7 +991,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestCancelRunningRequest(::grpc::ServerContext* context, ::arbi::v1::CancelRunningRequestRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::CancelRunningRequestResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -911,7 +1000,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodAsync(11);
+      ::grpc::Service::MarkMethodAsync(12);
     }
     ~WithAsyncMethod_GetRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -922,7 +1011,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestGetRuntimeConfig(::grpc::ServerContext* context, ::arbi::v1::GetRuntimeConfigRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::GetRuntimeConfigResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -931,7 +1020,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodAsync(12);
+      ::grpc::Service::MarkMethodAsync(13);
     }
     ~WithAsyncMethod_UpdateRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -942,7 +1031,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestUpdateRuntimeConfig(::grpc::ServerContext* context, ::arbi::v1::UpdateRuntimeConfigRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::UpdateRuntimeConfigResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -951,7 +1040,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_DrainServer() {
-      ::grpc::Service::MarkMethodAsync(13);
+      ::grpc::Service::MarkMethodAsync(14);
     }
     ~WithAsyncMethod_DrainServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -962,7 +1051,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestDrainServer(::grpc::ServerContext* context, ::arbi::v1::DrainServerRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::DrainServerResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(14, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -971,7 +1060,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithAsyncMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodAsync(14);
+      ::grpc::Service::MarkMethodAsync(15);
     }
     ~WithAsyncMethod_ResumeServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -982,10 +1071,10 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestResumeServer(::grpc::ServerContext* context, ::arbi::v1::ResumeServerRequest* request, ::grpc::ServerAsyncResponseWriter< ::arbi::v1::ResumeServerResponse>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(14, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(15, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
-  typedef WithAsyncMethod_GetServerInfo<WithAsyncMethod_CheckLiveness<WithAsyncMethod_CheckReadiness<WithAsyncMethod_ListModels<WithAsyncMethod_LoadModel<WithAsyncMethod_UnloadModel<WithAsyncMethod_SwitchModel<WithAsyncMethod_GetMemoryReport<WithAsyncMethod_FlushPrefixCache<WithAsyncMethod_ListRunningRequests<WithAsyncMethod_CancelRunningRequest<WithAsyncMethod_GetRuntimeConfig<WithAsyncMethod_UpdateRuntimeConfig<WithAsyncMethod_DrainServer<WithAsyncMethod_ResumeServer<Service > > > > > > > > > > > > > > > AsyncService;
+  typedef WithAsyncMethod_GetServerInfo<WithAsyncMethod_CheckLiveness<WithAsyncMethod_CheckReadiness<WithAsyncMethod_ListModels<WithAsyncMethod_LoadModel<WithAsyncMethod_UnloadModel<WithAsyncMethod_SwitchModel<WithAsyncMethod_GetMemoryReport<WithAsyncMethod_FlushPrefixCache<WithAsyncMethod_ReloadKvCalibration<WithAsyncMethod_ListRunningRequests<WithAsyncMethod_CancelRunningRequest<WithAsyncMethod_GetRuntimeConfig<WithAsyncMethod_UpdateRuntimeConfig<WithAsyncMethod_DrainServer<WithAsyncMethod_ResumeServer<Service > > > > > > > > > > > > > > > > AsyncService;
   template <class BaseClass>
   class WithCallbackMethod_GetServerInfo : public BaseClass {
    private:
@@ -1230,18 +1319,45 @@ class AdminService final {
       ::grpc::CallbackServerContext* /*context*/, const ::arbi::v1::FlushPrefixCacheRequest* /*request*/, ::arbi::v1::FlushPrefixCacheResponse* /*response*/)  { return nullptr; }
   };
   template <class BaseClass>
+  class WithCallbackMethod_ReloadKvCalibration : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithCallbackMethod_ReloadKvCalibration() {
+      ::grpc::Service::MarkMethodCallback(9,
+          new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse>(
+            [this](
+                   ::grpc::CallbackServerContext* context, const ::arbi::v1::ReloadKvCalibrationRequest* request, ::arbi::v1::ReloadKvCalibrationResponse* response) { return this->ReloadKvCalibration(context, request, response); }));}
+    void SetMessageAllocatorFor_ReloadKvCalibration(
+        ::grpc::MessageAllocator< ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse>* allocator) {
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(9);
+      static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse>*>(handler)
+              ->SetMessageAllocator(allocator);
+    }
+    ~WithCallbackMethod_ReloadKvCalibration() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status ReloadKvCalibration(::grpc::ServerContext* /*context*/, const ::arbi::v1::ReloadKvCalibrationRequest* /*request*/, ::arbi::v1::ReloadKvCalibrationResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    virtual ::grpc::ServerUnaryReactor* ReloadKvCalibration(
+      ::grpc::CallbackServerContext* /*context*/, const ::arbi::v1::ReloadKvCalibrationRequest* /*request*/, ::arbi::v1::ReloadKvCalibrationResponse* /*response*/)  { return nullptr; }
+  };
+  template <class BaseClass>
   class WithCallbackMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodCallback(9,
+      ::grpc::Service::MarkMethodCallback(10,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::ListRunningRequestsRequest* request, ::arbi::v1::ListRunningRequestsResponse* response) { return this->ListRunningRequests(context, request, response); }));}
     void SetMessageAllocatorFor_ListRunningRequests(
         ::grpc::MessageAllocator< ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(9);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(10);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1262,13 +1378,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodCallback(10,
+      ::grpc::Service::MarkMethodCallback(11,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::CancelRunningRequestRequest* request, ::arbi::v1::CancelRunningRequestResponse* response) { return this->CancelRunningRequest(context, request, response); }));}
     void SetMessageAllocatorFor_CancelRunningRequest(
         ::grpc::MessageAllocator< ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(10);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(11);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1289,13 +1405,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodCallback(11,
+      ::grpc::Service::MarkMethodCallback(12,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::GetRuntimeConfigRequest* request, ::arbi::v1::GetRuntimeConfigResponse* response) { return this->GetRuntimeConfig(context, request, response); }));}
     void SetMessageAllocatorFor_GetRuntimeConfig(
         ::grpc::MessageAllocator< ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(11);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(12);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1316,13 +1432,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodCallback(12,
+      ::grpc::Service::MarkMethodCallback(13,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::UpdateRuntimeConfigRequest* request, ::arbi::v1::UpdateRuntimeConfigResponse* response) { return this->UpdateRuntimeConfig(context, request, response); }));}
     void SetMessageAllocatorFor_UpdateRuntimeConfig(
         ::grpc::MessageAllocator< ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(12);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(13);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1343,13 +1459,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_DrainServer() {
-      ::grpc::Service::MarkMethodCallback(13,
+      ::grpc::Service::MarkMethodCallback(14,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::DrainServerRequest* request, ::arbi::v1::DrainServerResponse* response) { return this->DrainServer(context, request, response); }));}
     void SetMessageAllocatorFor_DrainServer(
         ::grpc::MessageAllocator< ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(13);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(14);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1370,13 +1486,13 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithCallbackMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodCallback(14,
+      ::grpc::Service::MarkMethodCallback(15,
           new ::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::arbi::v1::ResumeServerRequest* request, ::arbi::v1::ResumeServerResponse* response) { return this->ResumeServer(context, request, response); }));}
     void SetMessageAllocatorFor_ResumeServer(
         ::grpc::MessageAllocator< ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>* allocator) {
-      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(14);
+      ::grpc::internal::MethodHandler* const handler = ::grpc::Service::GetHandler(15);
       static_cast<::grpc::internal::CallbackUnaryHandler< ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>*>(handler)
               ->SetMessageAllocator(allocator);
     }
@@ -1391,7 +1507,7 @@ class AdminService final {
     virtual ::grpc::ServerUnaryReactor* ResumeServer(
       ::grpc::CallbackServerContext* /*context*/, const ::arbi::v1::ResumeServerRequest* /*request*/, ::arbi::v1::ResumeServerResponse* /*response*/)  { return nullptr; }
   };
-  typedef WithCallbackMethod_GetServerInfo<WithCallbackMethod_CheckLiveness<WithCallbackMethod_CheckReadiness<WithCallbackMethod_ListModels<WithCallbackMethod_LoadModel<WithCallbackMethod_UnloadModel<WithCallbackMethod_SwitchModel<WithCallbackMethod_GetMemoryReport<WithCallbackMethod_FlushPrefixCache<WithCallbackMethod_ListRunningRequests<WithCallbackMethod_CancelRunningRequest<WithCallbackMethod_GetRuntimeConfig<WithCallbackMethod_UpdateRuntimeConfig<WithCallbackMethod_DrainServer<WithCallbackMethod_ResumeServer<Service > > > > > > > > > > > > > > > CallbackService;
+  typedef WithCallbackMethod_GetServerInfo<WithCallbackMethod_CheckLiveness<WithCallbackMethod_CheckReadiness<WithCallbackMethod_ListModels<WithCallbackMethod_LoadModel<WithCallbackMethod_UnloadModel<WithCallbackMethod_SwitchModel<WithCallbackMethod_GetMemoryReport<WithCallbackMethod_FlushPrefixCache<WithCallbackMethod_ReloadKvCalibration<WithCallbackMethod_ListRunningRequests<WithCallbackMethod_CancelRunningRequest<WithCallbackMethod_GetRuntimeConfig<WithCallbackMethod_UpdateRuntimeConfig<WithCallbackMethod_DrainServer<WithCallbackMethod_ResumeServer<Service > > > > > > > > > > > > > > > > CallbackService;
   typedef CallbackService ExperimentalCallbackService;
   template <class BaseClass>
   class WithGenericMethod_GetServerInfo : public BaseClass {
@@ -1547,12 +1663,29 @@ class AdminService final {
     }
   };
   template <class BaseClass>
+  class WithGenericMethod_ReloadKvCalibration : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithGenericMethod_ReloadKvCalibration() {
+      ::grpc::Service::MarkMethodGeneric(9);
+    }
+    ~WithGenericMethod_ReloadKvCalibration() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status ReloadKvCalibration(::grpc::ServerContext* /*context*/, const ::arbi::v1::ReloadKvCalibrationRequest* /*request*/, ::arbi::v1::ReloadKvCalibrationResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+  };
+  template <class BaseClass>
   class WithGenericMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodGeneric(9);
+      ::grpc::Service::MarkMethodGeneric(10);
     }
     ~WithGenericMethod_ListRunningRequests() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1569,7 +1702,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodGeneric(10);
+      ::grpc::Service::MarkMethodGeneric(11);
     }
     ~WithGenericMethod_CancelRunningRequest() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1586,7 +1719,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodGeneric(11);
+      ::grpc::Service::MarkMethodGeneric(12);
     }
     ~WithGenericMethod_GetRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1603,7 +1736,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodGeneric(12);
+      ::grpc::Service::MarkMethodGeneric(13);
     }
     ~WithGenericMethod_UpdateRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1620,7 +1753,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_DrainServer() {
-      ::grpc::Service::MarkMethodGeneric(13);
+      ::grpc::Service::MarkMethodGeneric(14);
     }
     ~WithGenericMethod_DrainServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1637,7 +1770,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithGenericMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodGeneric(14);
+      ::grpc::Service::MarkMethodGeneric(15);
     }
     ~WithGenericMethod_ResumeServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1829,12 +1962,32 @@ class AdminService final {
     }
   };
   template <class BaseClass>
+  class WithRawMethod_ReloadKvCalibration : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithRawMethod_ReloadKvCalibration() {
+      ::grpc::Service::MarkMethodRaw(9);
+    }
+    ~WithRawMethod_ReloadKvCalibration() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status ReloadKvCalibration(::grpc::ServerContext* /*context*/, const ::arbi::v1::ReloadKvCalibrationRequest* /*request*/, ::arbi::v1::ReloadKvCalibrationResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    void RequestReloadKvCalibration(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
+      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
+    }
+  };
+  template <class BaseClass>
   class WithRawMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodRaw(9);
+      ::grpc::Service::MarkMethodRaw(10);
     }
     ~WithRawMethod_ListRunningRequests() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1845,7 +1998,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestListRunningRequests(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(9, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1854,7 +2007,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodRaw(10);
+      ::grpc::Service::MarkMethodRaw(11);
     }
     ~WithRawMethod_CancelRunningRequest() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1865,7 +2018,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestCancelRunningRequest(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(10, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1874,7 +2027,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodRaw(11);
+      ::grpc::Service::MarkMethodRaw(12);
     }
     ~WithRawMethod_GetRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1885,7 +2038,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestGetRuntimeConfig(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(11, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1894,7 +2047,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodRaw(12);
+      ::grpc::Service::MarkMethodRaw(13);
     }
     ~WithRawMethod_UpdateRuntimeConfig() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1905,7 +2058,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestUpdateRuntimeConfig(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(12, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1914,7 +2067,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_DrainServer() {
-      ::grpc::Service::MarkMethodRaw(13);
+      ::grpc::Service::MarkMethodRaw(14);
     }
     ~WithRawMethod_DrainServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1925,7 +2078,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestDrainServer(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(13, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(14, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -1934,7 +2087,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodRaw(14);
+      ::grpc::Service::MarkMethodRaw(15);
     }
     ~WithRawMethod_ResumeServer() override {
       BaseClassMustBeDerivedFromService(this);
@@ -1945,7 +2098,7 @@ class AdminService final {
       return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
     }
     void RequestResumeServer(::grpc::ServerContext* context, ::grpc::ByteBuffer* request, ::grpc::ServerAsyncResponseWriter< ::grpc::ByteBuffer>* response, ::grpc::CompletionQueue* new_call_cq, ::grpc::ServerCompletionQueue* notification_cq, void *tag) {
-      ::grpc::Service::RequestAsyncUnary(14, context, request, response, new_call_cq, notification_cq, tag);
+      ::grpc::Service::RequestAsyncUnary(15, context, request, response, new_call_cq, notification_cq, tag);
     }
   };
   template <class BaseClass>
@@ -2147,12 +2300,34 @@ class AdminService final {
       ::grpc::CallbackServerContext* /*context*/, const ::grpc::ByteBuffer* /*request*/, ::grpc::ByteBuffer* /*response*/)  { return nullptr; }
   };
   template <class BaseClass>
+  class WithRawCallbackMethod_ReloadKvCalibration : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithRawCallbackMethod_ReloadKvCalibration() {
+      ::grpc::Service::MarkMethodRawCallback(9,
+          new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
+            [this](
+                   ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->ReloadKvCalibration(context, request, response); }));
+    }
+    ~WithRawCallbackMethod_ReloadKvCalibration() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable synchronous version of this method
+    ::grpc::Status ReloadKvCalibration(::grpc::ServerContext* /*context*/, const ::arbi::v1::ReloadKvCalibrationRequest* /*request*/, ::arbi::v1::ReloadKvCalibrationResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    virtual ::grpc::ServerUnaryReactor* ReloadKvCalibration(
+      ::grpc::CallbackServerContext* /*context*/, const ::grpc::ByteBuffer* /*request*/, ::grpc::ByteBuffer* /*response*/)  { return nullptr; }
+  };
+  template <class BaseClass>
   class WithRawCallbackMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodRawCallback(9,
+      ::grpc::Service::MarkMethodRawCallback(10,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->ListRunningRequests(context, request, response); }));
@@ -2174,7 +2349,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodRawCallback(10,
+      ::grpc::Service::MarkMethodRawCallback(11,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->CancelRunningRequest(context, request, response); }));
@@ -2196,7 +2371,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodRawCallback(11,
+      ::grpc::Service::MarkMethodRawCallback(12,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->GetRuntimeConfig(context, request, response); }));
@@ -2218,7 +2393,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodRawCallback(12,
+      ::grpc::Service::MarkMethodRawCallback(13,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->UpdateRuntimeConfig(context, request, response); }));
@@ -2240,7 +2415,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_DrainServer() {
-      ::grpc::Service::MarkMethodRawCallback(13,
+      ::grpc::Service::MarkMethodRawCallback(14,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->DrainServer(context, request, response); }));
@@ -2262,7 +2437,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithRawCallbackMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodRawCallback(14,
+      ::grpc::Service::MarkMethodRawCallback(15,
           new ::grpc::internal::CallbackUnaryHandler< ::grpc::ByteBuffer, ::grpc::ByteBuffer>(
             [this](
                    ::grpc::CallbackServerContext* context, const ::grpc::ByteBuffer* request, ::grpc::ByteBuffer* response) { return this->ResumeServer(context, request, response); }));
@@ -2522,12 +2697,39 @@ class AdminService final {
     virtual ::grpc::Status StreamedFlushPrefixCache(::grpc::ServerContext* context, ::grpc::ServerUnaryStreamer< ::arbi::v1::FlushPrefixCacheRequest,::arbi::v1::FlushPrefixCacheResponse>* server_unary_streamer) = 0;
   };
   template <class BaseClass>
+  class WithStreamedUnaryMethod_ReloadKvCalibration : public BaseClass {
+   private:
+    void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
+   public:
+    WithStreamedUnaryMethod_ReloadKvCalibration() {
+      ::grpc::Service::MarkMethodStreamed(9,
+        new ::grpc::internal::StreamedUnaryHandler<
+          ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse>(
+            [this](::grpc::ServerContext* context,
+                   ::grpc::ServerUnaryStreamer<
+                     ::arbi::v1::ReloadKvCalibrationRequest, ::arbi::v1::ReloadKvCalibrationResponse>* streamer) {
+                       return this->StreamedReloadKvCalibration(context,
+                         streamer);
+                  }));
+    }
+    ~WithStreamedUnaryMethod_ReloadKvCalibration() override {
+      BaseClassMustBeDerivedFromService(this);
+    }
+    // disable regular version of this method
+    ::grpc::Status ReloadKvCalibration(::grpc::ServerContext* /*context*/, const ::arbi::v1::ReloadKvCalibrationRequest* /*request*/, ::arbi::v1::ReloadKvCalibrationResponse* /*response*/) override {
+      abort();
+      return ::grpc::Status(::grpc::StatusCode::UNIMPLEMENTED, "");
+    }
+    // replace default version of method with streamed unary
+    virtual ::grpc::Status StreamedReloadKvCalibration(::grpc::ServerContext* context, ::grpc::ServerUnaryStreamer< ::arbi::v1::ReloadKvCalibrationRequest,::arbi::v1::ReloadKvCalibrationResponse>* server_unary_streamer) = 0;
+  };
+  template <class BaseClass>
   class WithStreamedUnaryMethod_ListRunningRequests : public BaseClass {
    private:
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_ListRunningRequests() {
-      ::grpc::Service::MarkMethodStreamed(9,
+      ::grpc::Service::MarkMethodStreamed(10,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::ListRunningRequestsRequest, ::arbi::v1::ListRunningRequestsResponse>(
             [this](::grpc::ServerContext* context,
@@ -2554,7 +2756,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_CancelRunningRequest() {
-      ::grpc::Service::MarkMethodStreamed(10,
+      ::grpc::Service::MarkMethodStreamed(11,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::CancelRunningRequestRequest, ::arbi::v1::CancelRunningRequestResponse>(
             [this](::grpc::ServerContext* context,
@@ -2581,7 +2783,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_GetRuntimeConfig() {
-      ::grpc::Service::MarkMethodStreamed(11,
+      ::grpc::Service::MarkMethodStreamed(12,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::GetRuntimeConfigRequest, ::arbi::v1::GetRuntimeConfigResponse>(
             [this](::grpc::ServerContext* context,
@@ -2608,7 +2810,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_UpdateRuntimeConfig() {
-      ::grpc::Service::MarkMethodStreamed(12,
+      ::grpc::Service::MarkMethodStreamed(13,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::UpdateRuntimeConfigRequest, ::arbi::v1::UpdateRuntimeConfigResponse>(
             [this](::grpc::ServerContext* context,
@@ -2635,7 +2837,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_DrainServer() {
-      ::grpc::Service::MarkMethodStreamed(13,
+      ::grpc::Service::MarkMethodStreamed(14,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::DrainServerRequest, ::arbi::v1::DrainServerResponse>(
             [this](::grpc::ServerContext* context,
@@ -2662,7 +2864,7 @@ class AdminService final {
     void BaseClassMustBeDerivedFromService(const Service* /*service*/) {}
    public:
     WithStreamedUnaryMethod_ResumeServer() {
-      ::grpc::Service::MarkMethodStreamed(14,
+      ::grpc::Service::MarkMethodStreamed(15,
         new ::grpc::internal::StreamedUnaryHandler<
           ::arbi::v1::ResumeServerRequest, ::arbi::v1::ResumeServerResponse>(
             [this](::grpc::ServerContext* context,
@@ -2683,9 +2885,9 @@ class AdminService final {
     // replace default version of method with streamed unary
     virtual ::grpc::Status StreamedResumeServer(::grpc::ServerContext* context, ::grpc::ServerUnaryStreamer< ::arbi::v1::ResumeServerRequest,::arbi::v1::ResumeServerResponse>* server_unary_streamer) = 0;
   };
-  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_FlushPrefixCache<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > > StreamedUnaryService;
+  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_FlushPrefixCache<WithStreamedUnaryMethod_ReloadKvCalibration<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > > > StreamedUnaryService;
   typedef Service SplitStreamedService;
-  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_FlushPrefixCache<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > > StreamedService;
+  typedef WithStreamedUnaryMethod_GetServerInfo<WithStreamedUnaryMethod_CheckLiveness<WithStreamedUnaryMethod_CheckReadiness<WithStreamedUnaryMethod_ListModels<WithStreamedUnaryMethod_LoadModel<WithStreamedUnaryMethod_UnloadModel<WithStreamedUnaryMethod_SwitchModel<WithStreamedUnaryMethod_GetMemoryReport<WithStreamedUnaryMethod_FlushPrefixCache<WithStreamedUnaryMethod_ReloadKvCalibration<WithStreamedUnaryMethod_ListRunningRequests<WithStreamedUnaryMethod_CancelRunningRequest<WithStreamedUnaryMethod_GetRuntimeConfig<WithStreamedUnaryMethod_UpdateRuntimeConfig<WithStreamedUnaryMethod_DrainServer<WithStreamedUnaryMethod_ResumeServer<Service > > > > > > > > > > > > > > > > StreamedService;
 };
 
 }  // namespace v1

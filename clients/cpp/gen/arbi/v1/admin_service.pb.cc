@@ -255,6 +255,8 @@ PROTOBUF_CONSTEXPR GetMemoryReportResponse::GetMemoryReportResponse(
   , /*decltype(_impl_.kv_cache_bytes_)*/int64_t{0}
   , /*decltype(_impl_.kv_used_bytes_)*/int64_t{0}
   , /*decltype(_impl_.weight_bytes_)*/int64_t{0}
+  , /*decltype(_impl_.kv_bytes_per_token_per_layer_)*/0
+  , /*decltype(_impl_.kv_capacity_token_count_)*/int64_t{0}
   , /*decltype(_impl_.kv_cached_block_count_)*/0
   , /*decltype(_impl_._cached_size_)*/{}} {}
 struct GetMemoryReportResponseDefaultTypeInternal {
@@ -266,6 +268,36 @@ struct GetMemoryReportResponseDefaultTypeInternal {
   };
 };
 PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 GetMemoryReportResponseDefaultTypeInternal _GetMemoryReportResponse_default_instance_;
+PROTOBUF_CONSTEXPR ReloadKvCalibrationRequest::ReloadKvCalibrationRequest(
+    ::_pbi::ConstantInitialized): _impl_{
+    /*decltype(_impl_.path_)*/{&::_pbi::fixed_address_empty_string, ::_pbi::ConstantInitialized{}}
+  , /*decltype(_impl_.kv_bits_)*/{&::_pbi::fixed_address_empty_string, ::_pbi::ConstantInitialized{}}
+  , /*decltype(_impl_.drain_timeout_ms_)*/int64_t{0}
+  , /*decltype(_impl_._cached_size_)*/{}} {}
+struct ReloadKvCalibrationRequestDefaultTypeInternal {
+  PROTOBUF_CONSTEXPR ReloadKvCalibrationRequestDefaultTypeInternal()
+      : _instance(::_pbi::ConstantInitialized{}) {}
+  ~ReloadKvCalibrationRequestDefaultTypeInternal() {}
+  union {
+    ReloadKvCalibrationRequest _instance;
+  };
+};
+PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 ReloadKvCalibrationRequestDefaultTypeInternal _ReloadKvCalibrationRequest_default_instance_;
+PROTOBUF_CONSTEXPR ReloadKvCalibrationResponse::ReloadKvCalibrationResponse(
+    ::_pbi::ConstantInitialized): _impl_{
+    /*decltype(_impl_.kv_codec_)*/{&::_pbi::fixed_address_empty_string, ::_pbi::ConstantInitialized{}}
+  , /*decltype(_impl_.cancelled_request_count_)*/0
+  , /*decltype(_impl_.flushed_block_count_)*/0
+  , /*decltype(_impl_._cached_size_)*/{}} {}
+struct ReloadKvCalibrationResponseDefaultTypeInternal {
+  PROTOBUF_CONSTEXPR ReloadKvCalibrationResponseDefaultTypeInternal()
+      : _instance(::_pbi::ConstantInitialized{}) {}
+  ~ReloadKvCalibrationResponseDefaultTypeInternal() {}
+  union {
+    ReloadKvCalibrationResponse _instance;
+  };
+};
+PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 ReloadKvCalibrationResponseDefaultTypeInternal _ReloadKvCalibrationResponse_default_instance_;
 PROTOBUF_CONSTEXPR ListRunningRequestsRequest::ListRunningRequestsRequest(
     ::_pbi::ConstantInitialized) {}
 struct ListRunningRequestsRequestDefaultTypeInternal {
@@ -415,7 +447,7 @@ struct ResumeServerResponseDefaultTypeInternal {
 PROTOBUF_ATTRIBUTE_NO_DESTROY PROTOBUF_CONSTINIT PROTOBUF_ATTRIBUTE_INIT_PRIORITY1 ResumeServerResponseDefaultTypeInternal _ResumeServerResponse_default_instance_;
 }  // namespace v1
 }  // namespace arbi
-static ::_pb::Metadata file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[30];
+static ::_pb::Metadata file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[32];
 static constexpr ::_pb::EnumDescriptor const** file_level_enum_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto = nullptr;
 static constexpr ::_pb::ServiceDescriptor const** file_level_service_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto = nullptr;
 
@@ -561,6 +593,26 @@ const uint32_t TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto::offsets[] PROTOB
   PROTOBUF_FIELD_OFFSET(::arbi::v1::GetMemoryReportResponse, _impl_.kv_used_bytes_),
   PROTOBUF_FIELD_OFFSET(::arbi::v1::GetMemoryReportResponse, _impl_.weight_bytes_),
   PROTOBUF_FIELD_OFFSET(::arbi::v1::GetMemoryReportResponse, _impl_.kv_cached_block_count_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::GetMemoryReportResponse, _impl_.kv_bytes_per_token_per_layer_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::GetMemoryReportResponse, _impl_.kv_capacity_token_count_),
+  ~0u,  // no _has_bits_
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationRequest, _internal_metadata_),
+  ~0u,  // no _extensions_
+  ~0u,  // no _oneof_case_
+  ~0u,  // no _weak_field_map_
+  ~0u,  // no _inlined_string_donated_
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationRequest, _impl_.path_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationRequest, _impl_.kv_bits_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationRequest, _impl_.drain_timeout_ms_),
+  ~0u,  // no _has_bits_
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationResponse, _internal_metadata_),
+  ~0u,  // no _extensions_
+  ~0u,  // no _oneof_case_
+  ~0u,  // no _weak_field_map_
+  ~0u,  // no _inlined_string_donated_
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationResponse, _impl_.kv_codec_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationResponse, _impl_.cancelled_request_count_),
+  PROTOBUF_FIELD_OFFSET(::arbi::v1::ReloadKvCalibrationResponse, _impl_.flushed_block_count_),
   ~0u,  // no _has_bits_
   PROTOBUF_FIELD_OFFSET(::arbi::v1::ListRunningRequestsRequest, _internal_metadata_),
   ~0u,  // no _extensions_
@@ -661,18 +713,20 @@ static const ::_pbi::MigrationSchema schemas[] PROTOBUF_SECTION_VARIABLE(protode
   { 113, -1, -1, sizeof(::arbi::v1::FlushPrefixCacheResponse)},
   { 120, -1, -1, sizeof(::arbi::v1::GetMemoryReportRequest)},
   { 126, -1, -1, sizeof(::arbi::v1::GetMemoryReportResponse)},
-  { 141, -1, -1, sizeof(::arbi::v1::ListRunningRequestsRequest)},
-  { 147, -1, -1, sizeof(::arbi::v1::ListRunningRequestsResponse)},
-  { 154, -1, -1, sizeof(::arbi::v1::CancelRunningRequestRequest)},
-  { 161, -1, -1, sizeof(::arbi::v1::CancelRunningRequestResponse)},
-  { 167, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigRequest)},
-  { 173, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigResponse)},
-  { 180, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigRequest)},
-  { 188, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigResponse)},
-  { 195, -1, -1, sizeof(::arbi::v1::DrainServerRequest)},
-  { 202, -1, -1, sizeof(::arbi::v1::DrainServerResponse)},
-  { 209, -1, -1, sizeof(::arbi::v1::ResumeServerRequest)},
-  { 215, -1, -1, sizeof(::arbi::v1::ResumeServerResponse)},
+  { 143, -1, -1, sizeof(::arbi::v1::ReloadKvCalibrationRequest)},
+  { 152, -1, -1, sizeof(::arbi::v1::ReloadKvCalibrationResponse)},
+  { 161, -1, -1, sizeof(::arbi::v1::ListRunningRequestsRequest)},
+  { 167, -1, -1, sizeof(::arbi::v1::ListRunningRequestsResponse)},
+  { 174, -1, -1, sizeof(::arbi::v1::CancelRunningRequestRequest)},
+  { 181, -1, -1, sizeof(::arbi::v1::CancelRunningRequestResponse)},
+  { 187, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigRequest)},
+  { 193, -1, -1, sizeof(::arbi::v1::GetRuntimeConfigResponse)},
+  { 200, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigRequest)},
+  { 208, -1, -1, sizeof(::arbi::v1::UpdateRuntimeConfigResponse)},
+  { 215, -1, -1, sizeof(::arbi::v1::DrainServerRequest)},
+  { 222, -1, -1, sizeof(::arbi::v1::DrainServerResponse)},
+  { 229, -1, -1, sizeof(::arbi::v1::ResumeServerRequest)},
+  { 235, -1, -1, sizeof(::arbi::v1::ResumeServerResponse)},
 };
 
 static const ::_pb::Message* const file_default_instances[] = {
@@ -694,6 +748,8 @@ static const ::_pb::Message* const file_default_instances[] = {
   &::arbi::v1::_FlushPrefixCacheResponse_default_instance_._instance,
   &::arbi::v1::_GetMemoryReportRequest_default_instance_._instance,
   &::arbi::v1::_GetMemoryReportResponse_default_instance_._instance,
+  &::arbi::v1::_ReloadKvCalibrationRequest_default_instance_._instance,
+  &::arbi::v1::_ReloadKvCalibrationResponse_default_instance_._instance,
   &::arbi::v1::_ListRunningRequestsRequest_default_instance_._instance,
   &::arbi::v1::_ListRunningRequestsResponse_default_instance_._instance,
   &::arbi::v1::_CancelRunningRequestRequest_default_instance_._instance,
@@ -742,7 +798,7 @@ const char descriptor_table_protodef_arbi_2fv1_2fadmin_5fservice_2eproto[] PROTO
   "d\030\001 \001(\tH\000R\010tenantId\210\001\001B\014\n\n_tenant_id\"J\n\030"
   "FlushPrefixCacheResponse\022.\n\023flushed_bloc"
   "k_count\030\001 \001(\005R\021flushedBlockCount\"\030\n\026GetM"
-  "emoryReportRequest\"\213\003\n\027GetMemoryReportRe"
+  "emoryReportRequest\"\201\004\n\027GetMemoryReportRe"
   "sponse\022$\n\016kv_block_count\030\001 \001(\005R\014kvBlockC"
   "ount\022-\n\023kv_used_block_count\030\002 \001(\005R\020kvUse"
   "dBlockCount\022-\n\023kv_free_block_count\030\003 \001(\005"
@@ -752,73 +808,86 @@ const char descriptor_table_protodef_arbi_2fv1_2fadmin_5fservice_2eproto[] PROTO
   "R\014kvCacheBytes\022\"\n\rkv_used_bytes\030\007 \001(\003R\013k"
   "vUsedBytes\022!\n\014weight_bytes\030\010 \001(\003R\013weight"
   "Bytes\0221\n\025kv_cached_block_count\030\t \001(\005R\022kv"
-  "CachedBlockCount\"\034\n\032ListRunningRequestsR"
-  "equest\"R\n\033ListRunningRequestsResponse\0223\n"
-  "\010requests\030\001 \003(\0132\027.arbi.v1.RunningRequest"
-  "R\010requests\"<\n\033CancelRunningRequestReques"
-  "t\022\035\n\nrequest_id\030\001 \001(\tR\trequestId\"\036\n\034Canc"
-  "elRunningRequestResponse\"\031\n\027GetRuntimeCo"
-  "nfigRequest\"J\n\030GetRuntimeConfigResponse\022"
-  ".\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR"
-  "\006config\"\211\001\n\032UpdateRuntimeConfigRequest\022."
-  "\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006"
-  "config\022;\n\013update_mask\030\002 \001(\0132\032.google.pro"
-  "tobuf.FieldMaskR\nupdateMask\"M\n\033UpdateRun"
-  "timeConfigResponse\022.\n\006config\030\001 \001(\0132\026.arb"
-  "i.v1.RuntimeConfigR\006config\"3\n\022DrainServe"
-  "rRequest\022\035\n\ntimeout_ms\030\001 \001(\003R\ttimeoutMs\""
-  "M\n\023DrainServerResponse\0226\n\027remaining_requ"
-  "est_count\030\001 \001(\005R\025remainingRequestCount\"\025"
-  "\n\023ResumeServerRequest\"\026\n\024ResumeServerRes"
-  "ponse2\374\r\n\014AdminService\022h\n\rGetServerInfo\022"
-  "\035.arbi.v1.GetServerInfoRequest\032\036.arbi.v1"
-  ".GetServerInfoResponse\"\030\202\323\344\223\002\022\022\020/v1/admi"
-  "n/server\022v\n\rCheckLiveness\022\035.arbi.v1.Chec"
-  "kLivenessRequest\032\036.arbi.v1.CheckLiveness"
-  "Response\"&\202\323\344\223\002 \022\036/v1/admin/server:check"
-  "Liveness\022z\n\016CheckReadiness\022\036.arbi.v1.Che"
-  "ckReadinessRequest\032\037.arbi.v1.CheckReadin"
-  "essResponse\"\'\202\323\344\223\002!\022\037/v1/admin/server:ch"
-  "eckReadiness\022_\n\nListModels\022\032.arbi.v1.Lis"
-  "tModelsRequest\032\033.arbi.v1.ListModelsRespo"
-  "nse\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d\n\tLoadMod"
-  "el\022\031.arbi.v1.LoadModelRequest\032\032.arbi.v1."
-  "LoadModelResponse\" \202\323\344\223\002\032:\001*\"\025/v1/admin/"
-  "models:load\022l\n\013UnloadModel\022\033.arbi.v1.Unl"
-  "oadModelRequest\032\034.arbi.v1.UnloadModelRes"
-  "ponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:unloa"
-  "d\022l\n\013SwitchModel\022\033.arbi.v1.SwitchModelRe"
-  "quest\032\034.arbi.v1.SwitchModelResponse\"\"\202\323\344"
-  "\223\002\034:\001*\"\027/v1/admin/models:switch\022t\n\017GetMe"
-  "moryReport\022\037.arbi.v1.GetMemoryReportRequ"
-  "est\032 .arbi.v1.GetMemoryReportResponse\"\036\202"
-  "\323\344\223\002\030\022\026/v1/admin/memoryReport\022\177\n\020FlushPr"
-  "efixCache\022 .arbi.v1.FlushPrefixCacheRequ"
-  "est\032!.arbi.v1.FlushPrefixCacheResponse\"&"
-  "\202\323\344\223\002 :\001*\"\033/v1/admin/prefixCache:flush\022|"
-  "\n\023ListRunningRequests\022#.arbi.v1.ListRunn"
-  "ingRequestsRequest\032$.arbi.v1.ListRunning"
-  "RequestsResponse\"\032\202\323\344\223\002\024\022\022/v1/admin/requ"
-  "ests\022\226\001\n\024CancelRunningRequest\022$.arbi.v1."
-  "CancelRunningRequestRequest\032%.arbi.v1.Ca"
-  "ncelRunningRequestResponse\"1\202\323\344\223\002+:\001*\"&/"
-  "v1/admin/requests/{request_id}:cancel\022x\n"
-  "\020GetRuntimeConfig\022 .arbi.v1.GetRuntimeCo"
-  "nfigRequest\032!.arbi.v1.GetRuntimeConfigRe"
-  "sponse\"\037\202\323\344\223\002\031\022\027/v1/admin/runtimeConfig\022"
-  "\204\001\n\023UpdateRuntimeConfig\022#.arbi.v1.Update"
-  "RuntimeConfigRequest\032$.arbi.v1.UpdateRun"
-  "timeConfigResponse\"\"\202\323\344\223\002\034:\001*2\027/v1/admin"
-  "/runtimeConfig\022k\n\013DrainServer\022\033.arbi.v1."
-  "DrainServerRequest\032\034.arbi.v1.DrainServer"
-  "Response\"!\202\323\344\223\002\033:\001*\"\026/v1/admin/server:dr"
-  "ain\022o\n\014ResumeServer\022\034.arbi.v1.ResumeServ"
-  "erRequest\032\035.arbi.v1.ResumeServerResponse"
-  "\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/server:resumeB|\n\013"
-  "com.arbi.v1B\021AdminServiceProtoP\001Z\035arbicl"
-  "ient/gen/arbi/v1;arbiv1\242\002\003AXX\252\002\007Arbi.V1\312"
-  "\002\007Arbi\\V1\342\002\023Arbi\\V1\\GPBMetadata\352\002\010Arbi::"
-  "V1b\006proto3"
+  "CachedBlockCount\022=\n\034kv_bytes_per_token_p"
+  "er_layer\030\n \001(\001R\027kvBytesPerTokenPerLayer\022"
+  "5\n\027kv_capacity_token_count\030\013 \001(\003R\024kvCapa"
+  "cityTokenCount\"s\n\032ReloadKvCalibrationReq"
+  "uest\022\022\n\004path\030\001 \001(\tR\004path\022\027\n\007kv_bits\030\002 \001("
+  "\tR\006kvBits\022(\n\020drain_timeout_ms\030\003 \001(\003R\016dra"
+  "inTimeoutMs\"\240\001\n\033ReloadKvCalibrationRespo"
+  "nse\022\031\n\010kv_codec\030\001 \001(\tR\007kvCodec\0226\n\027cancel"
+  "led_request_count\030\002 \001(\005R\025cancelledReques"
+  "tCount\022.\n\023flushed_block_count\030\003 \001(\005R\021flu"
+  "shedBlockCount\"\034\n\032ListRunningRequestsReq"
+  "uest\"R\n\033ListRunningRequestsResponse\0223\n\010r"
+  "equests\030\001 \003(\0132\027.arbi.v1.RunningRequestR\010"
+  "requests\"<\n\033CancelRunningRequestRequest\022"
+  "\035\n\nrequest_id\030\001 \001(\tR\trequestId\"\036\n\034Cancel"
+  "RunningRequestResponse\"\031\n\027GetRuntimeConf"
+  "igRequest\"J\n\030GetRuntimeConfigResponse\022.\n"
+  "\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006c"
+  "onfig\"\211\001\n\032UpdateRuntimeConfigRequest\022.\n\006"
+  "config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006co"
+  "nfig\022;\n\013update_mask\030\002 \001(\0132\032.google.proto"
+  "buf.FieldMaskR\nupdateMask\"M\n\033UpdateRunti"
+  "meConfigResponse\022.\n\006config\030\001 \001(\0132\026.arbi."
+  "v1.RuntimeConfigR\006config\"3\n\022DrainServerR"
+  "equest\022\035\n\ntimeout_ms\030\001 \001(\003R\ttimeoutMs\"M\n"
+  "\023DrainServerResponse\0226\n\027remaining_reques"
+  "t_count\030\001 \001(\005R\025remainingRequestCount\"\025\n\023"
+  "ResumeServerRequest\"\026\n\024ResumeServerRespo"
+  "nse2\212\017\n\014AdminService\022h\n\rGetServerInfo\022\035."
+  "arbi.v1.GetServerInfoRequest\032\036.arbi.v1.G"
+  "etServerInfoResponse\"\030\202\323\344\223\002\022\022\020/v1/admin/"
+  "server\022v\n\rCheckLiveness\022\035.arbi.v1.CheckL"
+  "ivenessRequest\032\036.arbi.v1.CheckLivenessRe"
+  "sponse\"&\202\323\344\223\002 \022\036/v1/admin/server:checkLi"
+  "veness\022z\n\016CheckReadiness\022\036.arbi.v1.Check"
+  "ReadinessRequest\032\037.arbi.v1.CheckReadines"
+  "sResponse\"\'\202\323\344\223\002!\022\037/v1/admin/server:chec"
+  "kReadiness\022_\n\nListModels\022\032.arbi.v1.ListM"
+  "odelsRequest\032\033.arbi.v1.ListModelsRespons"
+  "e\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d\n\tLoadModel"
+  "\022\031.arbi.v1.LoadModelRequest\032\032.arbi.v1.Lo"
+  "adModelResponse\" \202\323\344\223\002\032:\001*\"\025/v1/admin/mo"
+  "dels:load\022l\n\013UnloadModel\022\033.arbi.v1.Unloa"
+  "dModelRequest\032\034.arbi.v1.UnloadModelRespo"
+  "nse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:unload\022"
+  "l\n\013SwitchModel\022\033.arbi.v1.SwitchModelRequ"
+  "est\032\034.arbi.v1.SwitchModelResponse\"\"\202\323\344\223\002"
+  "\034:\001*\"\027/v1/admin/models:switch\022t\n\017GetMemo"
+  "ryReport\022\037.arbi.v1.GetMemoryReportReques"
+  "t\032 .arbi.v1.GetMemoryReportResponse\"\036\202\323\344"
+  "\223\002\030\022\026/v1/admin/memoryReport\022\177\n\020FlushPref"
+  "ixCache\022 .arbi.v1.FlushPrefixCacheReques"
+  "t\032!.arbi.v1.FlushPrefixCacheResponse\"&\202\323"
+  "\344\223\002 :\001*\"\033/v1/admin/prefixCache:flush\022\213\001\n"
+  "\023ReloadKvCalibration\022#.arbi.v1.ReloadKvC"
+  "alibrationRequest\032$.arbi.v1.ReloadKvCali"
+  "brationResponse\")\202\323\344\223\002#:\001*\"\036/v1/admin/kv"
+  "Calibration:reload\022|\n\023ListRunningRequest"
+  "s\022#.arbi.v1.ListRunningRequestsRequest\032$"
+  ".arbi.v1.ListRunningRequestsResponse\"\032\202\323"
+  "\344\223\002\024\022\022/v1/admin/requests\022\226\001\n\024CancelRunni"
+  "ngRequest\022$.arbi.v1.CancelRunningRequest"
+  "Request\032%.arbi.v1.CancelRunningRequestRe"
+  "sponse\"1\202\323\344\223\002+:\001*\"&/v1/admin/requests/{r"
+  "equest_id}:cancel\022x\n\020GetRuntimeConfig\022 ."
+  "arbi.v1.GetRuntimeConfigRequest\032!.arbi.v"
+  "1.GetRuntimeConfigResponse\"\037\202\323\344\223\002\031\022\027/v1/"
+  "admin/runtimeConfig\022\204\001\n\023UpdateRuntimeCon"
+  "fig\022#.arbi.v1.UpdateRuntimeConfigRequest"
+  "\032$.arbi.v1.UpdateRuntimeConfigResponse\"\""
+  "\202\323\344\223\002\034:\001*2\027/v1/admin/runtimeConfig\022k\n\013Dr"
+  "ainServer\022\033.arbi.v1.DrainServerRequest\032\034"
+  ".arbi.v1.DrainServerResponse\"!\202\323\344\223\002\033:\001*\""
+  "\026/v1/admin/server:drain\022o\n\014ResumeServer\022"
+  "\034.arbi.v1.ResumeServerRequest\032\035.arbi.v1."
+  "ResumeServerResponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/adm"
+  "in/server:resumeB|\n\013com.arbi.v1B\021AdminSe"
+  "rviceProtoP\001Z\035arbiclient/gen/arbi/v1;arb"
+  "iv1\242\002\003AXX\252\002\007Arbi.V1\312\002\007Arbi\\V1\342\002\023Arbi\\V1\\"
+  "GPBMetadata\352\002\010Arbi::V1b\006proto3"
   ;
 static const ::_pbi::DescriptorTable* const descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_deps[3] = {
   &::descriptor_table_arbi_2fv1_2fadmin_5ftypes_2eproto,
@@ -827,9 +896,9 @@ static const ::_pbi::DescriptorTable* const descriptor_table_arbi_2fv1_2fadmin_5
 };
 static ::_pbi::once_flag descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once;
 const ::_pbi::DescriptorTable descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto = {
-    false, false, 4370, descriptor_table_protodef_arbi_2fv1_2fadmin_5fservice_2eproto,
+    false, false, 4910, descriptor_table_protodef_arbi_2fv1_2fadmin_5fservice_2eproto,
     "arbi/v1/admin_service.proto",
-    &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once, descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_deps, 3, 30,
+    &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once, descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_deps, 3, 32,
     schemas, file_default_instances, TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto::offsets,
     file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto, file_level_enum_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto,
     file_level_service_descriptors_arbi_2fv1_2fadmin_5fservice_2eproto,
@@ -3883,6 +3952,8 @@ GetMemoryReportResponse::GetMemoryReportResponse(const GetMemoryReportResponse& 
     , decltype(_impl_.kv_cache_bytes_){}
     , decltype(_impl_.kv_used_bytes_){}
     , decltype(_impl_.weight_bytes_){}
+    , decltype(_impl_.kv_bytes_per_token_per_layer_){}
+    , decltype(_impl_.kv_capacity_token_count_){}
     , decltype(_impl_.kv_cached_block_count_){}
     , /*decltype(_impl_._cached_size_)*/{}};
 
@@ -3906,6 +3977,8 @@ inline void GetMemoryReportResponse::SharedCtor(
     , decltype(_impl_.kv_cache_bytes_){int64_t{0}}
     , decltype(_impl_.kv_used_bytes_){int64_t{0}}
     , decltype(_impl_.weight_bytes_){int64_t{0}}
+    , decltype(_impl_.kv_bytes_per_token_per_layer_){0}
+    , decltype(_impl_.kv_capacity_token_count_){int64_t{0}}
     , decltype(_impl_.kv_cached_block_count_){0}
     , /*decltype(_impl_._cached_size_)*/{}
   };
@@ -4018,6 +4091,22 @@ const char* GetMemoryReportResponse::_InternalParse(const char* ptr, ::_pbi::Par
         } else
           goto handle_unusual;
         continue;
+      // double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];
+      case 10:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 81)) {
+          _impl_.kv_bytes_per_token_per_layer_ = ::PROTOBUF_NAMESPACE_ID::internal::UnalignedLoad<double>(ptr);
+          ptr += sizeof(double);
+        } else
+          goto handle_unusual;
+        continue;
+      // int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];
+      case 11:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 88)) {
+          _impl_.kv_capacity_token_count_ = ::PROTOBUF_NAMESPACE_ID::internal::ReadVarint64(&ptr);
+          CHK_(ptr);
+        } else
+          goto handle_unusual;
+        continue;
       default:
         goto handle_unusual;
     }  // switch
@@ -4101,6 +4190,22 @@ uint8_t* GetMemoryReportResponse::_InternalSerialize(
     target = ::_pbi::WireFormatLite::WriteInt32ToArray(9, this->_internal_kv_cached_block_count(), target);
   }
 
+  // double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];
+  static_assert(sizeof(uint64_t) == sizeof(double), "Code assumes uint64_t and double are the same size.");
+  double tmp_kv_bytes_per_token_per_layer = this->_internal_kv_bytes_per_token_per_layer();
+  uint64_t raw_kv_bytes_per_token_per_layer;
+  memcpy(&raw_kv_bytes_per_token_per_layer, &tmp_kv_bytes_per_token_per_layer, sizeof(tmp_kv_bytes_per_token_per_layer));
+  if (raw_kv_bytes_per_token_per_layer != 0) {
+    target = stream->EnsureSpace(target);
+    target = ::_pbi::WireFormatLite::WriteDoubleToArray(10, this->_internal_kv_bytes_per_token_per_layer(), target);
+  }
+
+  // int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];
+  if (this->_internal_kv_capacity_token_count() != 0) {
+    target = stream->EnsureSpace(target);
+    target = ::_pbi::WireFormatLite::WriteInt64ToArray(11, this->_internal_kv_capacity_token_count(), target);
+  }
+
   if (PROTOBUF_PREDICT_FALSE(_internal_metadata_.have_unknown_fields())) {
     target = ::_pbi::WireFormat::InternalSerializeUnknownFieldsToArray(
         _internal_metadata_.unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(::PROTOBUF_NAMESPACE_ID::UnknownFieldSet::default_instance), target, stream);
@@ -4157,6 +4262,20 @@ size_t GetMemoryReportResponse::ByteSizeLong() const {
     total_size += ::_pbi::WireFormatLite::Int64SizePlusOne(this->_internal_weight_bytes());
   }
 
+  // double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];
+  static_assert(sizeof(uint64_t) == sizeof(double), "Code assumes uint64_t and double are the same size.");
+  double tmp_kv_bytes_per_token_per_layer = this->_internal_kv_bytes_per_token_per_layer();
+  uint64_t raw_kv_bytes_per_token_per_layer;
+  memcpy(&raw_kv_bytes_per_token_per_layer, &tmp_kv_bytes_per_token_per_layer, sizeof(tmp_kv_bytes_per_token_per_layer));
+  if (raw_kv_bytes_per_token_per_layer != 0) {
+    total_size += 1 + 8;
+  }
+
+  // int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];
+  if (this->_internal_kv_capacity_token_count() != 0) {
+    total_size += ::_pbi::WireFormatLite::Int64SizePlusOne(this->_internal_kv_capacity_token_count());
+  }
+
   // int32 kv_cached_block_count = 9 [json_name = "kvCachedBlockCount"];
   if (this->_internal_kv_cached_block_count() != 0) {
     total_size += ::_pbi::WireFormatLite::Int32SizePlusOne(this->_internal_kv_cached_block_count());
@@ -4204,6 +4323,16 @@ void GetMemoryReportResponse::MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg
   if (from._internal_weight_bytes() != 0) {
     _this->_internal_set_weight_bytes(from._internal_weight_bytes());
   }
+  static_assert(sizeof(uint64_t) == sizeof(double), "Code assumes uint64_t and double are the same size.");
+  double tmp_kv_bytes_per_token_per_layer = from._internal_kv_bytes_per_token_per_layer();
+  uint64_t raw_kv_bytes_per_token_per_layer;
+  memcpy(&raw_kv_bytes_per_token_per_layer, &tmp_kv_bytes_per_token_per_layer, sizeof(tmp_kv_bytes_per_token_per_layer));
+  if (raw_kv_bytes_per_token_per_layer != 0) {
+    _this->_internal_set_kv_bytes_per_token_per_layer(from._internal_kv_bytes_per_token_per_layer());
+  }
+  if (from._internal_kv_capacity_token_count() != 0) {
+    _this->_internal_set_kv_capacity_token_count(from._internal_kv_capacity_token_count());
+  }
   if (from._internal_kv_cached_block_count() != 0) {
     _this->_internal_set_kv_cached_block_count(from._internal_kv_cached_block_count());
   }
@@ -4236,6 +4365,549 @@ void GetMemoryReportResponse::InternalSwap(GetMemoryReportResponse* other) {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
       file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[17]);
+}
+
+// ===================================================================
+
+class ReloadKvCalibrationRequest::_Internal {
+ public:
+};
+
+ReloadKvCalibrationRequest::ReloadKvCalibrationRequest(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                         bool is_message_owned)
+  : ::PROTOBUF_NAMESPACE_ID::Message(arena, is_message_owned) {
+  SharedCtor(arena, is_message_owned);
+  // @@protoc_insertion_point(arena_constructor:arbi.v1.ReloadKvCalibrationRequest)
+}
+ReloadKvCalibrationRequest::ReloadKvCalibrationRequest(const ReloadKvCalibrationRequest& from)
+  : ::PROTOBUF_NAMESPACE_ID::Message() {
+  ReloadKvCalibrationRequest* const _this = this; (void)_this;
+  new (&_impl_) Impl_{
+      decltype(_impl_.path_){}
+    , decltype(_impl_.kv_bits_){}
+    , decltype(_impl_.drain_timeout_ms_){}
+    , /*decltype(_impl_._cached_size_)*/{}};
+
+  _internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+  _impl_.path_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.path_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (!from._internal_path().empty()) {
+    _this->_impl_.path_.Set(from._internal_path(), 
+      _this->GetArenaForAllocation());
+  }
+  _impl_.kv_bits_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.kv_bits_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (!from._internal_kv_bits().empty()) {
+    _this->_impl_.kv_bits_.Set(from._internal_kv_bits(), 
+      _this->GetArenaForAllocation());
+  }
+  _this->_impl_.drain_timeout_ms_ = from._impl_.drain_timeout_ms_;
+  // @@protoc_insertion_point(copy_constructor:arbi.v1.ReloadKvCalibrationRequest)
+}
+
+inline void ReloadKvCalibrationRequest::SharedCtor(
+    ::_pb::Arena* arena, bool is_message_owned) {
+  (void)arena;
+  (void)is_message_owned;
+  new (&_impl_) Impl_{
+      decltype(_impl_.path_){}
+    , decltype(_impl_.kv_bits_){}
+    , decltype(_impl_.drain_timeout_ms_){int64_t{0}}
+    , /*decltype(_impl_._cached_size_)*/{}
+  };
+  _impl_.path_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.path_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  _impl_.kv_bits_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.kv_bits_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+}
+
+ReloadKvCalibrationRequest::~ReloadKvCalibrationRequest() {
+  // @@protoc_insertion_point(destructor:arbi.v1.ReloadKvCalibrationRequest)
+  if (auto *arena = _internal_metadata_.DeleteReturnArena<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>()) {
+  (void)arena;
+    return;
+  }
+  SharedDtor();
+}
+
+inline void ReloadKvCalibrationRequest::SharedDtor() {
+  GOOGLE_DCHECK(GetArenaForAllocation() == nullptr);
+  _impl_.path_.Destroy();
+  _impl_.kv_bits_.Destroy();
+}
+
+void ReloadKvCalibrationRequest::SetCachedSize(int size) const {
+  _impl_._cached_size_.Set(size);
+}
+
+void ReloadKvCalibrationRequest::Clear() {
+// @@protoc_insertion_point(message_clear_start:arbi.v1.ReloadKvCalibrationRequest)
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  _impl_.path_.ClearToEmpty();
+  _impl_.kv_bits_.ClearToEmpty();
+  _impl_.drain_timeout_ms_ = int64_t{0};
+  _internal_metadata_.Clear<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>();
+}
+
+const char* ReloadKvCalibrationRequest::_InternalParse(const char* ptr, ::_pbi::ParseContext* ctx) {
+#define CHK_(x) if (PROTOBUF_PREDICT_FALSE(!(x))) goto failure
+  while (!ctx->Done(&ptr)) {
+    uint32_t tag;
+    ptr = ::_pbi::ReadTag(ptr, &tag);
+    switch (tag >> 3) {
+      // string path = 1 [json_name = "path"];
+      case 1:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 10)) {
+          auto str = _internal_mutable_path();
+          ptr = ::_pbi::InlineGreedyStringParser(str, ptr, ctx);
+          CHK_(ptr);
+          CHK_(::_pbi::VerifyUTF8(str, "arbi.v1.ReloadKvCalibrationRequest.path"));
+        } else
+          goto handle_unusual;
+        continue;
+      // string kv_bits = 2 [json_name = "kvBits"];
+      case 2:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 18)) {
+          auto str = _internal_mutable_kv_bits();
+          ptr = ::_pbi::InlineGreedyStringParser(str, ptr, ctx);
+          CHK_(ptr);
+          CHK_(::_pbi::VerifyUTF8(str, "arbi.v1.ReloadKvCalibrationRequest.kv_bits"));
+        } else
+          goto handle_unusual;
+        continue;
+      // int64 drain_timeout_ms = 3 [json_name = "drainTimeoutMs"];
+      case 3:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 24)) {
+          _impl_.drain_timeout_ms_ = ::PROTOBUF_NAMESPACE_ID::internal::ReadVarint64(&ptr);
+          CHK_(ptr);
+        } else
+          goto handle_unusual;
+        continue;
+      default:
+        goto handle_unusual;
+    }  // switch
+  handle_unusual:
+    if ((tag == 0) || ((tag & 7) == 4)) {
+      CHK_(ptr);
+      ctx->SetLastTag(tag);
+      goto message_done;
+    }
+    ptr = UnknownFieldParse(
+        tag,
+        _internal_metadata_.mutable_unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(),
+        ptr, ctx);
+    CHK_(ptr != nullptr);
+  }  // while
+message_done:
+  return ptr;
+failure:
+  ptr = nullptr;
+  goto message_done;
+#undef CHK_
+}
+
+uint8_t* ReloadKvCalibrationRequest::_InternalSerialize(
+    uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const {
+  // @@protoc_insertion_point(serialize_to_array_start:arbi.v1.ReloadKvCalibrationRequest)
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  // string path = 1 [json_name = "path"];
+  if (!this->_internal_path().empty()) {
+    ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::VerifyUtf8String(
+      this->_internal_path().data(), static_cast<int>(this->_internal_path().length()),
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::SERIALIZE,
+      "arbi.v1.ReloadKvCalibrationRequest.path");
+    target = stream->WriteStringMaybeAliased(
+        1, this->_internal_path(), target);
+  }
+
+  // string kv_bits = 2 [json_name = "kvBits"];
+  if (!this->_internal_kv_bits().empty()) {
+    ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::VerifyUtf8String(
+      this->_internal_kv_bits().data(), static_cast<int>(this->_internal_kv_bits().length()),
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::SERIALIZE,
+      "arbi.v1.ReloadKvCalibrationRequest.kv_bits");
+    target = stream->WriteStringMaybeAliased(
+        2, this->_internal_kv_bits(), target);
+  }
+
+  // int64 drain_timeout_ms = 3 [json_name = "drainTimeoutMs"];
+  if (this->_internal_drain_timeout_ms() != 0) {
+    target = stream->EnsureSpace(target);
+    target = ::_pbi::WireFormatLite::WriteInt64ToArray(3, this->_internal_drain_timeout_ms(), target);
+  }
+
+  if (PROTOBUF_PREDICT_FALSE(_internal_metadata_.have_unknown_fields())) {
+    target = ::_pbi::WireFormat::InternalSerializeUnknownFieldsToArray(
+        _internal_metadata_.unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(::PROTOBUF_NAMESPACE_ID::UnknownFieldSet::default_instance), target, stream);
+  }
+  // @@protoc_insertion_point(serialize_to_array_end:arbi.v1.ReloadKvCalibrationRequest)
+  return target;
+}
+
+size_t ReloadKvCalibrationRequest::ByteSizeLong() const {
+// @@protoc_insertion_point(message_byte_size_start:arbi.v1.ReloadKvCalibrationRequest)
+  size_t total_size = 0;
+
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  // string path = 1 [json_name = "path"];
+  if (!this->_internal_path().empty()) {
+    total_size += 1 +
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::StringSize(
+        this->_internal_path());
+  }
+
+  // string kv_bits = 2 [json_name = "kvBits"];
+  if (!this->_internal_kv_bits().empty()) {
+    total_size += 1 +
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::StringSize(
+        this->_internal_kv_bits());
+  }
+
+  // int64 drain_timeout_ms = 3 [json_name = "drainTimeoutMs"];
+  if (this->_internal_drain_timeout_ms() != 0) {
+    total_size += ::_pbi::WireFormatLite::Int64SizePlusOne(this->_internal_drain_timeout_ms());
+  }
+
+  return MaybeComputeUnknownFieldsSize(total_size, &_impl_._cached_size_);
+}
+
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData ReloadKvCalibrationRequest::_class_data_ = {
+    ::PROTOBUF_NAMESPACE_ID::Message::CopyWithSourceCheck,
+    ReloadKvCalibrationRequest::MergeImpl
+};
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ReloadKvCalibrationRequest::GetClassData() const { return &_class_data_; }
+
+
+void ReloadKvCalibrationRequest::MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg) {
+  auto* const _this = static_cast<ReloadKvCalibrationRequest*>(&to_msg);
+  auto& from = static_cast<const ReloadKvCalibrationRequest&>(from_msg);
+  // @@protoc_insertion_point(class_specific_merge_from_start:arbi.v1.ReloadKvCalibrationRequest)
+  GOOGLE_DCHECK_NE(&from, _this);
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  if (!from._internal_path().empty()) {
+    _this->_internal_set_path(from._internal_path());
+  }
+  if (!from._internal_kv_bits().empty()) {
+    _this->_internal_set_kv_bits(from._internal_kv_bits());
+  }
+  if (from._internal_drain_timeout_ms() != 0) {
+    _this->_internal_set_drain_timeout_ms(from._internal_drain_timeout_ms());
+  }
+  _this->_internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+}
+
+void ReloadKvCalibrationRequest::CopyFrom(const ReloadKvCalibrationRequest& from) {
+// @@protoc_insertion_point(class_specific_copy_from_start:arbi.v1.ReloadKvCalibrationRequest)
+  if (&from == this) return;
+  Clear();
+  MergeFrom(from);
+}
+
+bool ReloadKvCalibrationRequest::IsInitialized() const {
+  return true;
+}
+
+void ReloadKvCalibrationRequest::InternalSwap(ReloadKvCalibrationRequest* other) {
+  using std::swap;
+  auto* lhs_arena = GetArenaForAllocation();
+  auto* rhs_arena = other->GetArenaForAllocation();
+  _internal_metadata_.InternalSwap(&other->_internal_metadata_);
+  ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr::InternalSwap(
+      &_impl_.path_, lhs_arena,
+      &other->_impl_.path_, rhs_arena
+  );
+  ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr::InternalSwap(
+      &_impl_.kv_bits_, lhs_arena,
+      &other->_impl_.kv_bits_, rhs_arena
+  );
+  swap(_impl_.drain_timeout_ms_, other->_impl_.drain_timeout_ms_);
+}
+
+::PROTOBUF_NAMESPACE_ID::Metadata ReloadKvCalibrationRequest::GetMetadata() const {
+  return ::_pbi::AssignDescriptors(
+      &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[18]);
+}
+
+// ===================================================================
+
+class ReloadKvCalibrationResponse::_Internal {
+ public:
+};
+
+ReloadKvCalibrationResponse::ReloadKvCalibrationResponse(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                         bool is_message_owned)
+  : ::PROTOBUF_NAMESPACE_ID::Message(arena, is_message_owned) {
+  SharedCtor(arena, is_message_owned);
+  // @@protoc_insertion_point(arena_constructor:arbi.v1.ReloadKvCalibrationResponse)
+}
+ReloadKvCalibrationResponse::ReloadKvCalibrationResponse(const ReloadKvCalibrationResponse& from)
+  : ::PROTOBUF_NAMESPACE_ID::Message() {
+  ReloadKvCalibrationResponse* const _this = this; (void)_this;
+  new (&_impl_) Impl_{
+      decltype(_impl_.kv_codec_){}
+    , decltype(_impl_.cancelled_request_count_){}
+    , decltype(_impl_.flushed_block_count_){}
+    , /*decltype(_impl_._cached_size_)*/{}};
+
+  _internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+  _impl_.kv_codec_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.kv_codec_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (!from._internal_kv_codec().empty()) {
+    _this->_impl_.kv_codec_.Set(from._internal_kv_codec(), 
+      _this->GetArenaForAllocation());
+  }
+  ::memcpy(&_impl_.cancelled_request_count_, &from._impl_.cancelled_request_count_,
+    static_cast<size_t>(reinterpret_cast<char*>(&_impl_.flushed_block_count_) -
+    reinterpret_cast<char*>(&_impl_.cancelled_request_count_)) + sizeof(_impl_.flushed_block_count_));
+  // @@protoc_insertion_point(copy_constructor:arbi.v1.ReloadKvCalibrationResponse)
+}
+
+inline void ReloadKvCalibrationResponse::SharedCtor(
+    ::_pb::Arena* arena, bool is_message_owned) {
+  (void)arena;
+  (void)is_message_owned;
+  new (&_impl_) Impl_{
+      decltype(_impl_.kv_codec_){}
+    , decltype(_impl_.cancelled_request_count_){0}
+    , decltype(_impl_.flushed_block_count_){0}
+    , /*decltype(_impl_._cached_size_)*/{}
+  };
+  _impl_.kv_codec_.InitDefault();
+  #ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+    _impl_.kv_codec_.Set("", GetArenaForAllocation());
+  #endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+}
+
+ReloadKvCalibrationResponse::~ReloadKvCalibrationResponse() {
+  // @@protoc_insertion_point(destructor:arbi.v1.ReloadKvCalibrationResponse)
+  if (auto *arena = _internal_metadata_.DeleteReturnArena<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>()) {
+  (void)arena;
+    return;
+  }
+  SharedDtor();
+}
+
+inline void ReloadKvCalibrationResponse::SharedDtor() {
+  GOOGLE_DCHECK(GetArenaForAllocation() == nullptr);
+  _impl_.kv_codec_.Destroy();
+}
+
+void ReloadKvCalibrationResponse::SetCachedSize(int size) const {
+  _impl_._cached_size_.Set(size);
+}
+
+void ReloadKvCalibrationResponse::Clear() {
+// @@protoc_insertion_point(message_clear_start:arbi.v1.ReloadKvCalibrationResponse)
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  _impl_.kv_codec_.ClearToEmpty();
+  ::memset(&_impl_.cancelled_request_count_, 0, static_cast<size_t>(
+      reinterpret_cast<char*>(&_impl_.flushed_block_count_) -
+      reinterpret_cast<char*>(&_impl_.cancelled_request_count_)) + sizeof(_impl_.flushed_block_count_));
+  _internal_metadata_.Clear<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>();
+}
+
+const char* ReloadKvCalibrationResponse::_InternalParse(const char* ptr, ::_pbi::ParseContext* ctx) {
+#define CHK_(x) if (PROTOBUF_PREDICT_FALSE(!(x))) goto failure
+  while (!ctx->Done(&ptr)) {
+    uint32_t tag;
+    ptr = ::_pbi::ReadTag(ptr, &tag);
+    switch (tag >> 3) {
+      // string kv_codec = 1 [json_name = "kvCodec"];
+      case 1:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 10)) {
+          auto str = _internal_mutable_kv_codec();
+          ptr = ::_pbi::InlineGreedyStringParser(str, ptr, ctx);
+          CHK_(ptr);
+          CHK_(::_pbi::VerifyUTF8(str, "arbi.v1.ReloadKvCalibrationResponse.kv_codec"));
+        } else
+          goto handle_unusual;
+        continue;
+      // int32 cancelled_request_count = 2 [json_name = "cancelledRequestCount"];
+      case 2:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 16)) {
+          _impl_.cancelled_request_count_ = ::PROTOBUF_NAMESPACE_ID::internal::ReadVarint32(&ptr);
+          CHK_(ptr);
+        } else
+          goto handle_unusual;
+        continue;
+      // int32 flushed_block_count = 3 [json_name = "flushedBlockCount"];
+      case 3:
+        if (PROTOBUF_PREDICT_TRUE(static_cast<uint8_t>(tag) == 24)) {
+          _impl_.flushed_block_count_ = ::PROTOBUF_NAMESPACE_ID::internal::ReadVarint32(&ptr);
+          CHK_(ptr);
+        } else
+          goto handle_unusual;
+        continue;
+      default:
+        goto handle_unusual;
+    }  // switch
+  handle_unusual:
+    if ((tag == 0) || ((tag & 7) == 4)) {
+      CHK_(ptr);
+      ctx->SetLastTag(tag);
+      goto message_done;
+    }
+    ptr = UnknownFieldParse(
+        tag,
+        _internal_metadata_.mutable_unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(),
+        ptr, ctx);
+    CHK_(ptr != nullptr);
+  }  // while
+message_done:
+  return ptr;
+failure:
+  ptr = nullptr;
+  goto message_done;
+#undef CHK_
+}
+
+uint8_t* ReloadKvCalibrationResponse::_InternalSerialize(
+    uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const {
+  // @@protoc_insertion_point(serialize_to_array_start:arbi.v1.ReloadKvCalibrationResponse)
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  // string kv_codec = 1 [json_name = "kvCodec"];
+  if (!this->_internal_kv_codec().empty()) {
+    ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::VerifyUtf8String(
+      this->_internal_kv_codec().data(), static_cast<int>(this->_internal_kv_codec().length()),
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::SERIALIZE,
+      "arbi.v1.ReloadKvCalibrationResponse.kv_codec");
+    target = stream->WriteStringMaybeAliased(
+        1, this->_internal_kv_codec(), target);
+  }
+
+  // int32 cancelled_request_count = 2 [json_name = "cancelledRequestCount"];
+  if (this->_internal_cancelled_request_count() != 0) {
+    target = stream->EnsureSpace(target);
+    target = ::_pbi::WireFormatLite::WriteInt32ToArray(2, this->_internal_cancelled_request_count(), target);
+  }
+
+  // int32 flushed_block_count = 3 [json_name = "flushedBlockCount"];
+  if (this->_internal_flushed_block_count() != 0) {
+    target = stream->EnsureSpace(target);
+    target = ::_pbi::WireFormatLite::WriteInt32ToArray(3, this->_internal_flushed_block_count(), target);
+  }
+
+  if (PROTOBUF_PREDICT_FALSE(_internal_metadata_.have_unknown_fields())) {
+    target = ::_pbi::WireFormat::InternalSerializeUnknownFieldsToArray(
+        _internal_metadata_.unknown_fields<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(::PROTOBUF_NAMESPACE_ID::UnknownFieldSet::default_instance), target, stream);
+  }
+  // @@protoc_insertion_point(serialize_to_array_end:arbi.v1.ReloadKvCalibrationResponse)
+  return target;
+}
+
+size_t ReloadKvCalibrationResponse::ByteSizeLong() const {
+// @@protoc_insertion_point(message_byte_size_start:arbi.v1.ReloadKvCalibrationResponse)
+  size_t total_size = 0;
+
+  uint32_t cached_has_bits = 0;
+  // Prevent compiler warnings about cached_has_bits being unused
+  (void) cached_has_bits;
+
+  // string kv_codec = 1 [json_name = "kvCodec"];
+  if (!this->_internal_kv_codec().empty()) {
+    total_size += 1 +
+      ::PROTOBUF_NAMESPACE_ID::internal::WireFormatLite::StringSize(
+        this->_internal_kv_codec());
+  }
+
+  // int32 cancelled_request_count = 2 [json_name = "cancelledRequestCount"];
+  if (this->_internal_cancelled_request_count() != 0) {
+    total_size += ::_pbi::WireFormatLite::Int32SizePlusOne(this->_internal_cancelled_request_count());
+  }
+
+  // int32 flushed_block_count = 3 [json_name = "flushedBlockCount"];
+  if (this->_internal_flushed_block_count() != 0) {
+    total_size += ::_pbi::WireFormatLite::Int32SizePlusOne(this->_internal_flushed_block_count());
+  }
+
+  return MaybeComputeUnknownFieldsSize(total_size, &_impl_._cached_size_);
+}
+
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData ReloadKvCalibrationResponse::_class_data_ = {
+    ::PROTOBUF_NAMESPACE_ID::Message::CopyWithSourceCheck,
+    ReloadKvCalibrationResponse::MergeImpl
+};
+const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ReloadKvCalibrationResponse::GetClassData() const { return &_class_data_; }
+
+
+void ReloadKvCalibrationResponse::MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg) {
+  auto* const _this = static_cast<ReloadKvCalibrationResponse*>(&to_msg);
+  auto& from = static_cast<const ReloadKvCalibrationResponse&>(from_msg);
+  // @@protoc_insertion_point(class_specific_merge_from_start:arbi.v1.ReloadKvCalibrationResponse)
+  GOOGLE_DCHECK_NE(&from, _this);
+  uint32_t cached_has_bits = 0;
+  (void) cached_has_bits;
+
+  if (!from._internal_kv_codec().empty()) {
+    _this->_internal_set_kv_codec(from._internal_kv_codec());
+  }
+  if (from._internal_cancelled_request_count() != 0) {
+    _this->_internal_set_cancelled_request_count(from._internal_cancelled_request_count());
+  }
+  if (from._internal_flushed_block_count() != 0) {
+    _this->_internal_set_flushed_block_count(from._internal_flushed_block_count());
+  }
+  _this->_internal_metadata_.MergeFrom<::PROTOBUF_NAMESPACE_ID::UnknownFieldSet>(from._internal_metadata_);
+}
+
+void ReloadKvCalibrationResponse::CopyFrom(const ReloadKvCalibrationResponse& from) {
+// @@protoc_insertion_point(class_specific_copy_from_start:arbi.v1.ReloadKvCalibrationResponse)
+  if (&from == this) return;
+  Clear();
+  MergeFrom(from);
+}
+
+bool ReloadKvCalibrationResponse::IsInitialized() const {
+  return true;
+}
+
+void ReloadKvCalibrationResponse::InternalSwap(ReloadKvCalibrationResponse* other) {
+  using std::swap;
+  auto* lhs_arena = GetArenaForAllocation();
+  auto* rhs_arena = other->GetArenaForAllocation();
+  _internal_metadata_.InternalSwap(&other->_internal_metadata_);
+  ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr::InternalSwap(
+      &_impl_.kv_codec_, lhs_arena,
+      &other->_impl_.kv_codec_, rhs_arena
+  );
+  ::PROTOBUF_NAMESPACE_ID::internal::memswap<
+      PROTOBUF_FIELD_OFFSET(ReloadKvCalibrationResponse, _impl_.flushed_block_count_)
+      + sizeof(ReloadKvCalibrationResponse::_impl_.flushed_block_count_)
+      - PROTOBUF_FIELD_OFFSET(ReloadKvCalibrationResponse, _impl_.cancelled_request_count_)>(
+          reinterpret_cast<char*>(&_impl_.cancelled_request_count_),
+          reinterpret_cast<char*>(&other->_impl_.cancelled_request_count_));
+}
+
+::PROTOBUF_NAMESPACE_ID::Metadata ReloadKvCalibrationResponse::GetMetadata() const {
+  return ::_pbi::AssignDescriptors(
+      &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[19]);
 }
 
 // ===================================================================
@@ -4275,7 +4947,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ListRunningRequestsRequest::Ge
 ::PROTOBUF_NAMESPACE_ID::Metadata ListRunningRequestsRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[18]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[20]);
 }
 
 // ===================================================================
@@ -4463,7 +5135,7 @@ void ListRunningRequestsResponse::InternalSwap(ListRunningRequestsResponse* othe
 ::PROTOBUF_NAMESPACE_ID::Metadata ListRunningRequestsResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[19]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[21]);
 }
 
 // ===================================================================
@@ -4666,7 +5338,7 @@ void CancelRunningRequestRequest::InternalSwap(CancelRunningRequestRequest* othe
 ::PROTOBUF_NAMESPACE_ID::Metadata CancelRunningRequestRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[20]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[22]);
 }
 
 // ===================================================================
@@ -4706,7 +5378,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*CancelRunningRequestResponse::
 ::PROTOBUF_NAMESPACE_ID::Metadata CancelRunningRequestResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[21]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[23]);
 }
 
 // ===================================================================
@@ -4746,7 +5418,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*GetRuntimeConfigRequest::GetCl
 ::PROTOBUF_NAMESPACE_ID::Metadata GetRuntimeConfigRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[22]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[24]);
 }
 
 // ===================================================================
@@ -4945,7 +5617,7 @@ void GetRuntimeConfigResponse::InternalSwap(GetRuntimeConfigResponse* other) {
 ::PROTOBUF_NAMESPACE_ID::Metadata GetRuntimeConfigResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[23]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[25]);
 }
 
 // ===================================================================
@@ -5196,7 +5868,7 @@ void UpdateRuntimeConfigRequest::InternalSwap(UpdateRuntimeConfigRequest* other)
 ::PROTOBUF_NAMESPACE_ID::Metadata UpdateRuntimeConfigRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[24]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[26]);
 }
 
 // ===================================================================
@@ -5395,7 +6067,7 @@ void UpdateRuntimeConfigResponse::InternalSwap(UpdateRuntimeConfigResponse* othe
 ::PROTOBUF_NAMESPACE_ID::Metadata UpdateRuntimeConfigResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[25]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[27]);
 }
 
 // ===================================================================
@@ -5573,7 +6245,7 @@ void DrainServerRequest::InternalSwap(DrainServerRequest* other) {
 ::PROTOBUF_NAMESPACE_ID::Metadata DrainServerRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[26]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[28]);
 }
 
 // ===================================================================
@@ -5751,7 +6423,7 @@ void DrainServerResponse::InternalSwap(DrainServerResponse* other) {
 ::PROTOBUF_NAMESPACE_ID::Metadata DrainServerResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[27]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[29]);
 }
 
 // ===================================================================
@@ -5791,7 +6463,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ResumeServerRequest::GetClassD
 ::PROTOBUF_NAMESPACE_ID::Metadata ResumeServerRequest::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[28]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[30]);
 }
 
 // ===================================================================
@@ -5831,7 +6503,7 @@ const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*ResumeServerResponse::GetClass
 ::PROTOBUF_NAMESPACE_ID::Metadata ResumeServerResponse::GetMetadata() const {
   return ::_pbi::AssignDescriptors(
       &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_getter, &descriptor_table_arbi_2fv1_2fadmin_5fservice_2eproto_once,
-      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[29]);
+      file_level_metadata_arbi_2fv1_2fadmin_5fservice_2eproto[31]);
 }
 
 // @@protoc_insertion_point(namespace_scope)
@@ -5909,6 +6581,14 @@ Arena::CreateMaybeMessage< ::arbi::v1::GetMemoryReportRequest >(Arena* arena) {
 template<> PROTOBUF_NOINLINE ::arbi::v1::GetMemoryReportResponse*
 Arena::CreateMaybeMessage< ::arbi::v1::GetMemoryReportResponse >(Arena* arena) {
   return Arena::CreateMessageInternal< ::arbi::v1::GetMemoryReportResponse >(arena);
+}
+template<> PROTOBUF_NOINLINE ::arbi::v1::ReloadKvCalibrationRequest*
+Arena::CreateMaybeMessage< ::arbi::v1::ReloadKvCalibrationRequest >(Arena* arena) {
+  return Arena::CreateMessageInternal< ::arbi::v1::ReloadKvCalibrationRequest >(arena);
+}
+template<> PROTOBUF_NOINLINE ::arbi::v1::ReloadKvCalibrationResponse*
+Arena::CreateMaybeMessage< ::arbi::v1::ReloadKvCalibrationResponse >(Arena* arena) {
+  return Arena::CreateMessageInternal< ::arbi::v1::ReloadKvCalibrationResponse >(arena);
 }
 template<> PROTOBUF_NOINLINE ::arbi::v1::ListRunningRequestsRequest*
 Arena::CreateMaybeMessage< ::arbi::v1::ListRunningRequestsRequest >(Arena* arena) {

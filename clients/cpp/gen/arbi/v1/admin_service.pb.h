@@ -116,6 +116,12 @@ extern LoadModelRequestDefaultTypeInternal _LoadModelRequest_default_instance_;
 class LoadModelResponse;
 struct LoadModelResponseDefaultTypeInternal;
 extern LoadModelResponseDefaultTypeInternal _LoadModelResponse_default_instance_;
+class ReloadKvCalibrationRequest;
+struct ReloadKvCalibrationRequestDefaultTypeInternal;
+extern ReloadKvCalibrationRequestDefaultTypeInternal _ReloadKvCalibrationRequest_default_instance_;
+class ReloadKvCalibrationResponse;
+struct ReloadKvCalibrationResponseDefaultTypeInternal;
+extern ReloadKvCalibrationResponseDefaultTypeInternal _ReloadKvCalibrationResponse_default_instance_;
 class ResumeServerRequest;
 struct ResumeServerRequestDefaultTypeInternal;
 extern ResumeServerRequestDefaultTypeInternal _ResumeServerRequest_default_instance_;
@@ -165,6 +171,8 @@ template<> ::arbi::v1::ListRunningRequestsRequest* Arena::CreateMaybeMessage<::a
 template<> ::arbi::v1::ListRunningRequestsResponse* Arena::CreateMaybeMessage<::arbi::v1::ListRunningRequestsResponse>(Arena*);
 template<> ::arbi::v1::LoadModelRequest* Arena::CreateMaybeMessage<::arbi::v1::LoadModelRequest>(Arena*);
 template<> ::arbi::v1::LoadModelResponse* Arena::CreateMaybeMessage<::arbi::v1::LoadModelResponse>(Arena*);
+template<> ::arbi::v1::ReloadKvCalibrationRequest* Arena::CreateMaybeMessage<::arbi::v1::ReloadKvCalibrationRequest>(Arena*);
+template<> ::arbi::v1::ReloadKvCalibrationResponse* Arena::CreateMaybeMessage<::arbi::v1::ReloadKvCalibrationResponse>(Arena*);
 template<> ::arbi::v1::ResumeServerRequest* Arena::CreateMaybeMessage<::arbi::v1::ResumeServerRequest>(Arena*);
 template<> ::arbi::v1::ResumeServerResponse* Arena::CreateMaybeMessage<::arbi::v1::ResumeServerResponse>(Arena*);
 template<> ::arbi::v1::SwitchModelRequest* Arena::CreateMaybeMessage<::arbi::v1::SwitchModelRequest>(Arena*);
@@ -2900,6 +2908,8 @@ class GetMemoryReportResponse final :
     kKvCacheBytesFieldNumber = 6,
     kKvUsedBytesFieldNumber = 7,
     kWeightBytesFieldNumber = 8,
+    kKvBytesPerTokenPerLayerFieldNumber = 10,
+    kKvCapacityTokenCountFieldNumber = 11,
     kKvCachedBlockCountFieldNumber = 9,
   };
   // int32 kv_block_count = 1 [json_name = "kvBlockCount"];
@@ -2974,6 +2984,24 @@ class GetMemoryReportResponse final :
   void _internal_set_weight_bytes(int64_t value);
   public:
 
+  // double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];
+  void clear_kv_bytes_per_token_per_layer();
+  double kv_bytes_per_token_per_layer() const;
+  void set_kv_bytes_per_token_per_layer(double value);
+  private:
+  double _internal_kv_bytes_per_token_per_layer() const;
+  void _internal_set_kv_bytes_per_token_per_layer(double value);
+  public:
+
+  // int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];
+  void clear_kv_capacity_token_count();
+  int64_t kv_capacity_token_count() const;
+  void set_kv_capacity_token_count(int64_t value);
+  private:
+  int64_t _internal_kv_capacity_token_count() const;
+  void _internal_set_kv_capacity_token_count(int64_t value);
+  public:
+
   // int32 kv_cached_block_count = 9 [json_name = "kvCachedBlockCount"];
   void clear_kv_cached_block_count();
   int32_t kv_cached_block_count() const;
@@ -2999,7 +3027,364 @@ class GetMemoryReportResponse final :
     int64_t kv_cache_bytes_;
     int64_t kv_used_bytes_;
     int64_t weight_bytes_;
+    double kv_bytes_per_token_per_layer_;
+    int64_t kv_capacity_token_count_;
     int32_t kv_cached_block_count_;
+    mutable ::PROTOBUF_NAMESPACE_ID::internal::CachedSize _cached_size_;
+  };
+  union { Impl_ _impl_; };
+  friend struct ::TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto;
+};
+// -------------------------------------------------------------------
+
+class ReloadKvCalibrationRequest final :
+    public ::PROTOBUF_NAMESPACE_ID::Message /* @@protoc_insertion_point(class_definition:arbi.v1.ReloadKvCalibrationRequest) */ {
+ public:
+  inline ReloadKvCalibrationRequest() : ReloadKvCalibrationRequest(nullptr) {}
+  ~ReloadKvCalibrationRequest() override;
+  explicit PROTOBUF_CONSTEXPR ReloadKvCalibrationRequest(::PROTOBUF_NAMESPACE_ID::internal::ConstantInitialized);
+
+  ReloadKvCalibrationRequest(const ReloadKvCalibrationRequest& from);
+  ReloadKvCalibrationRequest(ReloadKvCalibrationRequest&& from) noexcept
+    : ReloadKvCalibrationRequest() {
+    *this = ::std::move(from);
+  }
+
+  inline ReloadKvCalibrationRequest& operator=(const ReloadKvCalibrationRequest& from) {
+    CopyFrom(from);
+    return *this;
+  }
+  inline ReloadKvCalibrationRequest& operator=(ReloadKvCalibrationRequest&& from) noexcept {
+    if (this == &from) return *this;
+    if (GetOwningArena() == from.GetOwningArena()
+  #ifdef PROTOBUF_FORCE_COPY_IN_MOVE
+        && GetOwningArena() != nullptr
+  #endif  // !PROTOBUF_FORCE_COPY_IN_MOVE
+    ) {
+      InternalSwap(&from);
+    } else {
+      CopyFrom(from);
+    }
+    return *this;
+  }
+
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* descriptor() {
+    return GetDescriptor();
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* GetDescriptor() {
+    return default_instance().GetMetadata().descriptor;
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Reflection* GetReflection() {
+    return default_instance().GetMetadata().reflection;
+  }
+  static const ReloadKvCalibrationRequest& default_instance() {
+    return *internal_default_instance();
+  }
+  static inline const ReloadKvCalibrationRequest* internal_default_instance() {
+    return reinterpret_cast<const ReloadKvCalibrationRequest*>(
+               &_ReloadKvCalibrationRequest_default_instance_);
+  }
+  static constexpr int kIndexInFileMessages =
+    18;
+
+  friend void swap(ReloadKvCalibrationRequest& a, ReloadKvCalibrationRequest& b) {
+    a.Swap(&b);
+  }
+  inline void Swap(ReloadKvCalibrationRequest* other) {
+    if (other == this) return;
+  #ifdef PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() != nullptr &&
+        GetOwningArena() == other->GetOwningArena()) {
+   #else  // PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() == other->GetOwningArena()) {
+  #endif  // !PROTOBUF_FORCE_COPY_IN_SWAP
+      InternalSwap(other);
+    } else {
+      ::PROTOBUF_NAMESPACE_ID::internal::GenericSwap(this, other);
+    }
+  }
+  void UnsafeArenaSwap(ReloadKvCalibrationRequest* other) {
+    if (other == this) return;
+    GOOGLE_DCHECK(GetOwningArena() == other->GetOwningArena());
+    InternalSwap(other);
+  }
+
+  // implements Message ----------------------------------------------
+
+  ReloadKvCalibrationRequest* New(::PROTOBUF_NAMESPACE_ID::Arena* arena = nullptr) const final {
+    return CreateMaybeMessage<ReloadKvCalibrationRequest>(arena);
+  }
+  using ::PROTOBUF_NAMESPACE_ID::Message::CopyFrom;
+  void CopyFrom(const ReloadKvCalibrationRequest& from);
+  using ::PROTOBUF_NAMESPACE_ID::Message::MergeFrom;
+  void MergeFrom( const ReloadKvCalibrationRequest& from) {
+    ReloadKvCalibrationRequest::MergeImpl(*this, from);
+  }
+  private:
+  static void MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg);
+  public:
+  PROTOBUF_ATTRIBUTE_REINITIALIZES void Clear() final;
+  bool IsInitialized() const final;
+
+  size_t ByteSizeLong() const final;
+  const char* _InternalParse(const char* ptr, ::PROTOBUF_NAMESPACE_ID::internal::ParseContext* ctx) final;
+  uint8_t* _InternalSerialize(
+      uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const final;
+  int GetCachedSize() const final { return _impl_._cached_size_.Get(); }
+
+  private:
+  void SharedCtor(::PROTOBUF_NAMESPACE_ID::Arena* arena, bool is_message_owned);
+  void SharedDtor();
+  void SetCachedSize(int size) const final;
+  void InternalSwap(ReloadKvCalibrationRequest* other);
+
+  private:
+  friend class ::PROTOBUF_NAMESPACE_ID::internal::AnyMetadata;
+  static ::PROTOBUF_NAMESPACE_ID::StringPiece FullMessageName() {
+    return "arbi.v1.ReloadKvCalibrationRequest";
+  }
+  protected:
+  explicit ReloadKvCalibrationRequest(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                       bool is_message_owned = false);
+  public:
+
+  static const ClassData _class_data_;
+  const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*GetClassData() const final;
+
+  ::PROTOBUF_NAMESPACE_ID::Metadata GetMetadata() const final;
+
+  // nested types ----------------------------------------------------
+
+  // accessors -------------------------------------------------------
+
+  enum : int {
+    kPathFieldNumber = 1,
+    kKvBitsFieldNumber = 2,
+    kDrainTimeoutMsFieldNumber = 3,
+  };
+  // string path = 1 [json_name = "path"];
+  void clear_path();
+  const std::string& path() const;
+  template <typename ArgT0 = const std::string&, typename... ArgT>
+  void set_path(ArgT0&& arg0, ArgT... args);
+  std::string* mutable_path();
+  PROTOBUF_NODISCARD std::string* release_path();
+  void set_allocated_path(std::string* path);
+  private:
+  const std::string& _internal_path() const;
+  inline PROTOBUF_ALWAYS_INLINE void _internal_set_path(const std::string& value);
+  std::string* _internal_mutable_path();
+  public:
+
+  // string kv_bits = 2 [json_name = "kvBits"];
+  void clear_kv_bits();
+  const std::string& kv_bits() const;
+  template <typename ArgT0 = const std::string&, typename... ArgT>
+  void set_kv_bits(ArgT0&& arg0, ArgT... args);
+  std::string* mutable_kv_bits();
+  PROTOBUF_NODISCARD std::string* release_kv_bits();
+  void set_allocated_kv_bits(std::string* kv_bits);
+  private:
+  const std::string& _internal_kv_bits() const;
+  inline PROTOBUF_ALWAYS_INLINE void _internal_set_kv_bits(const std::string& value);
+  std::string* _internal_mutable_kv_bits();
+  public:
+
+  // int64 drain_timeout_ms = 3 [json_name = "drainTimeoutMs"];
+  void clear_drain_timeout_ms();
+  int64_t drain_timeout_ms() const;
+  void set_drain_timeout_ms(int64_t value);
+  private:
+  int64_t _internal_drain_timeout_ms() const;
+  void _internal_set_drain_timeout_ms(int64_t value);
+  public:
+
+  // @@protoc_insertion_point(class_scope:arbi.v1.ReloadKvCalibrationRequest)
+ private:
+  class _Internal;
+
+  template <typename T> friend class ::PROTOBUF_NAMESPACE_ID::Arena::InternalHelper;
+  typedef void InternalArenaConstructable_;
+  typedef void DestructorSkippable_;
+  struct Impl_ {
+    ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr path_;
+    ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr kv_bits_;
+    int64_t drain_timeout_ms_;
+    mutable ::PROTOBUF_NAMESPACE_ID::internal::CachedSize _cached_size_;
+  };
+  union { Impl_ _impl_; };
+  friend struct ::TableStruct_arbi_2fv1_2fadmin_5fservice_2eproto;
+};
+// -------------------------------------------------------------------
+
+class ReloadKvCalibrationResponse final :
+    public ::PROTOBUF_NAMESPACE_ID::Message /* @@protoc_insertion_point(class_definition:arbi.v1.ReloadKvCalibrationResponse) */ {
+ public:
+  inline ReloadKvCalibrationResponse() : ReloadKvCalibrationResponse(nullptr) {}
+  ~ReloadKvCalibrationResponse() override;
+  explicit PROTOBUF_CONSTEXPR ReloadKvCalibrationResponse(::PROTOBUF_NAMESPACE_ID::internal::ConstantInitialized);
+
+  ReloadKvCalibrationResponse(const ReloadKvCalibrationResponse& from);
+  ReloadKvCalibrationResponse(ReloadKvCalibrationResponse&& from) noexcept
+    : ReloadKvCalibrationResponse() {
+    *this = ::std::move(from);
+  }
+
+  inline ReloadKvCalibrationResponse& operator=(const ReloadKvCalibrationResponse& from) {
+    CopyFrom(from);
+    return *this;
+  }
+  inline ReloadKvCalibrationResponse& operator=(ReloadKvCalibrationResponse&& from) noexcept {
+    if (this == &from) return *this;
+    if (GetOwningArena() == from.GetOwningArena()
+  #ifdef PROTOBUF_FORCE_COPY_IN_MOVE
+        && GetOwningArena() != nullptr
+  #endif  // !PROTOBUF_FORCE_COPY_IN_MOVE
+    ) {
+      InternalSwap(&from);
+    } else {
+      CopyFrom(from);
+    }
+    return *this;
+  }
+
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* descriptor() {
+    return GetDescriptor();
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Descriptor* GetDescriptor() {
+    return default_instance().GetMetadata().descriptor;
+  }
+  static const ::PROTOBUF_NAMESPACE_ID::Reflection* GetReflection() {
+    return default_instance().GetMetadata().reflection;
+  }
+  static const ReloadKvCalibrationResponse& default_instance() {
+    return *internal_default_instance();
+  }
+  static inline const ReloadKvCalibrationResponse* internal_default_instance() {
+    return reinterpret_cast<const ReloadKvCalibrationResponse*>(
+               &_ReloadKvCalibrationResponse_default_instance_);
+  }
+  static constexpr int kIndexInFileMessages =
+    19;
+
+  friend void swap(ReloadKvCalibrationResponse& a, ReloadKvCalibrationResponse& b) {
+    a.Swap(&b);
+  }
+  inline void Swap(ReloadKvCalibrationResponse* other) {
+    if (other == this) return;
+  #ifdef PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() != nullptr &&
+        GetOwningArena() == other->GetOwningArena()) {
+   #else  // PROTOBUF_FORCE_COPY_IN_SWAP
+    if (GetOwningArena() == other->GetOwningArena()) {
+  #endif  // !PROTOBUF_FORCE_COPY_IN_SWAP
+      InternalSwap(other);
+    } else {
+      ::PROTOBUF_NAMESPACE_ID::internal::GenericSwap(this, other);
+    }
+  }
+  void UnsafeArenaSwap(ReloadKvCalibrationResponse* other) {
+    if (other == this) return;
+    GOOGLE_DCHECK(GetOwningArena() == other->GetOwningArena());
+    InternalSwap(other);
+  }
+
+  // implements Message ----------------------------------------------
+
+  ReloadKvCalibrationResponse* New(::PROTOBUF_NAMESPACE_ID::Arena* arena = nullptr) const final {
+    return CreateMaybeMessage<ReloadKvCalibrationResponse>(arena);
+  }
+  using ::PROTOBUF_NAMESPACE_ID::Message::CopyFrom;
+  void CopyFrom(const ReloadKvCalibrationResponse& from);
+  using ::PROTOBUF_NAMESPACE_ID::Message::MergeFrom;
+  void MergeFrom( const ReloadKvCalibrationResponse& from) {
+    ReloadKvCalibrationResponse::MergeImpl(*this, from);
+  }
+  private:
+  static void MergeImpl(::PROTOBUF_NAMESPACE_ID::Message& to_msg, const ::PROTOBUF_NAMESPACE_ID::Message& from_msg);
+  public:
+  PROTOBUF_ATTRIBUTE_REINITIALIZES void Clear() final;
+  bool IsInitialized() const final;
+
+  size_t ByteSizeLong() const final;
+  const char* _InternalParse(const char* ptr, ::PROTOBUF_NAMESPACE_ID::internal::ParseContext* ctx) final;
+  uint8_t* _InternalSerialize(
+      uint8_t* target, ::PROTOBUF_NAMESPACE_ID::io::EpsCopyOutputStream* stream) const final;
+  int GetCachedSize() const final { return _impl_._cached_size_.Get(); }
+
+  private:
+  void SharedCtor(::PROTOBUF_NAMESPACE_ID::Arena* arena, bool is_message_owned);
+  void SharedDtor();
+  void SetCachedSize(int size) const final;
+  void InternalSwap(ReloadKvCalibrationResponse* other);
+
+  private:
+  friend class ::PROTOBUF_NAMESPACE_ID::internal::AnyMetadata;
+  static ::PROTOBUF_NAMESPACE_ID::StringPiece FullMessageName() {
+    return "arbi.v1.ReloadKvCalibrationResponse";
+  }
+  protected:
+  explicit ReloadKvCalibrationResponse(::PROTOBUF_NAMESPACE_ID::Arena* arena,
+                       bool is_message_owned = false);
+  public:
+
+  static const ClassData _class_data_;
+  const ::PROTOBUF_NAMESPACE_ID::Message::ClassData*GetClassData() const final;
+
+  ::PROTOBUF_NAMESPACE_ID::Metadata GetMetadata() const final;
+
+  // nested types ----------------------------------------------------
+
+  // accessors -------------------------------------------------------
+
+  enum : int {
+    kKvCodecFieldNumber = 1,
+    kCancelledRequestCountFieldNumber = 2,
+    kFlushedBlockCountFieldNumber = 3,
+  };
+  // string kv_codec = 1 [json_name = "kvCodec"];
+  void clear_kv_codec();
+  const std::string& kv_codec() const;
+  template <typename ArgT0 = const std::string&, typename... ArgT>
+  void set_kv_codec(ArgT0&& arg0, ArgT... args);
+  std::string* mutable_kv_codec();
+  PROTOBUF_NODISCARD std::string* release_kv_codec();
+  void set_allocated_kv_codec(std::string* kv_codec);
+  private:
+  const std::string& _internal_kv_codec() const;
+  inline PROTOBUF_ALWAYS_INLINE void _internal_set_kv_codec(const std::string& value);
+  std::string* _internal_mutable_kv_codec();
+  public:
+
+  // int32 cancelled_request_count = 2 [json_name = "cancelledRequestCount"];
+  void clear_cancelled_request_count();
+  int32_t cancelled_request_count() const;
+  void set_cancelled_request_count(int32_t value);
+  private:
+  int32_t _internal_cancelled_request_count() const;
+  void _internal_set_cancelled_request_count(int32_t value);
+  public:
+
+  // int32 flushed_block_count = 3 [json_name = "flushedBlockCount"];
+  void clear_flushed_block_count();
+  int32_t flushed_block_count() const;
+  void set_flushed_block_count(int32_t value);
+  private:
+  int32_t _internal_flushed_block_count() const;
+  void _internal_set_flushed_block_count(int32_t value);
+  public:
+
+  // @@protoc_insertion_point(class_scope:arbi.v1.ReloadKvCalibrationResponse)
+ private:
+  class _Internal;
+
+  template <typename T> friend class ::PROTOBUF_NAMESPACE_ID::Arena::InternalHelper;
+  typedef void InternalArenaConstructable_;
+  typedef void DestructorSkippable_;
+  struct Impl_ {
+    ::PROTOBUF_NAMESPACE_ID::internal::ArenaStringPtr kv_codec_;
+    int32_t cancelled_request_count_;
+    int32_t flushed_block_count_;
     mutable ::PROTOBUF_NAMESPACE_ID::internal::CachedSize _cached_size_;
   };
   union { Impl_ _impl_; };
@@ -3054,7 +3439,7 @@ class ListRunningRequestsRequest final :
                &_ListRunningRequestsRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    18;
+    20;
 
   friend void swap(ListRunningRequestsRequest& a, ListRunningRequestsRequest& b) {
     a.Swap(&b);
@@ -3173,7 +3558,7 @@ class ListRunningRequestsResponse final :
                &_ListRunningRequestsResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    19;
+    21;
 
   friend void swap(ListRunningRequestsResponse& a, ListRunningRequestsResponse& b) {
     a.Swap(&b);
@@ -3330,7 +3715,7 @@ class CancelRunningRequestRequest final :
                &_CancelRunningRequestRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    20;
+    22;
 
   friend void swap(CancelRunningRequestRequest& a, CancelRunningRequestRequest& b) {
     a.Swap(&b);
@@ -3482,7 +3867,7 @@ class CancelRunningRequestResponse final :
                &_CancelRunningRequestResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    21;
+    23;
 
   friend void swap(CancelRunningRequestResponse& a, CancelRunningRequestResponse& b) {
     a.Swap(&b);
@@ -3600,7 +3985,7 @@ class GetRuntimeConfigRequest final :
                &_GetRuntimeConfigRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    22;
+    24;
 
   friend void swap(GetRuntimeConfigRequest& a, GetRuntimeConfigRequest& b) {
     a.Swap(&b);
@@ -3719,7 +4104,7 @@ class GetRuntimeConfigResponse final :
                &_GetRuntimeConfigResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    23;
+    25;
 
   friend void swap(GetRuntimeConfigResponse& a, GetRuntimeConfigResponse& b) {
     a.Swap(&b);
@@ -3876,7 +4261,7 @@ class UpdateRuntimeConfigRequest final :
                &_UpdateRuntimeConfigRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    24;
+    26;
 
   friend void swap(UpdateRuntimeConfigRequest& a, UpdateRuntimeConfigRequest& b) {
     a.Swap(&b);
@@ -4053,7 +4438,7 @@ class UpdateRuntimeConfigResponse final :
                &_UpdateRuntimeConfigResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    25;
+    27;
 
   friend void swap(UpdateRuntimeConfigResponse& a, UpdateRuntimeConfigResponse& b) {
     a.Swap(&b);
@@ -4210,7 +4595,7 @@ class DrainServerRequest final :
                &_DrainServerRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    26;
+    28;
 
   friend void swap(DrainServerRequest& a, DrainServerRequest& b) {
     a.Swap(&b);
@@ -4358,7 +4743,7 @@ class DrainServerResponse final :
                &_DrainServerResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    27;
+    29;
 
   friend void swap(DrainServerResponse& a, DrainServerResponse& b) {
     a.Swap(&b);
@@ -4505,7 +4890,7 @@ class ResumeServerRequest final :
                &_ResumeServerRequest_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    28;
+    30;
 
   friend void swap(ResumeServerRequest& a, ResumeServerRequest& b) {
     a.Swap(&b);
@@ -4623,7 +5008,7 @@ class ResumeServerResponse final :
                &_ResumeServerResponse_default_instance_);
   }
   static constexpr int kIndexInFileMessages =
-    29;
+    31;
 
   friend void swap(ResumeServerResponse& a, ResumeServerResponse& b) {
     a.Swap(&b);
@@ -6036,6 +6421,264 @@ inline void GetMemoryReportResponse::set_kv_cached_block_count(int32_t value) {
   // @@protoc_insertion_point(field_set:arbi.v1.GetMemoryReportResponse.kv_cached_block_count)
 }
 
+// double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];
+inline void GetMemoryReportResponse::clear_kv_bytes_per_token_per_layer() {
+  _impl_.kv_bytes_per_token_per_layer_ = 0;
+}
+inline double GetMemoryReportResponse::_internal_kv_bytes_per_token_per_layer() const {
+  return _impl_.kv_bytes_per_token_per_layer_;
+}
+inline double GetMemoryReportResponse::kv_bytes_per_token_per_layer() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.GetMemoryReportResponse.kv_bytes_per_token_per_layer)
+  return _internal_kv_bytes_per_token_per_layer();
+}
+inline void GetMemoryReportResponse::_internal_set_kv_bytes_per_token_per_layer(double value) {
+  
+  _impl_.kv_bytes_per_token_per_layer_ = value;
+}
+inline void GetMemoryReportResponse::set_kv_bytes_per_token_per_layer(double value) {
+  _internal_set_kv_bytes_per_token_per_layer(value);
+  // @@protoc_insertion_point(field_set:arbi.v1.GetMemoryReportResponse.kv_bytes_per_token_per_layer)
+}
+
+// int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];
+inline void GetMemoryReportResponse::clear_kv_capacity_token_count() {
+  _impl_.kv_capacity_token_count_ = int64_t{0};
+}
+inline int64_t GetMemoryReportResponse::_internal_kv_capacity_token_count() const {
+  return _impl_.kv_capacity_token_count_;
+}
+inline int64_t GetMemoryReportResponse::kv_capacity_token_count() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.GetMemoryReportResponse.kv_capacity_token_count)
+  return _internal_kv_capacity_token_count();
+}
+inline void GetMemoryReportResponse::_internal_set_kv_capacity_token_count(int64_t value) {
+  
+  _impl_.kv_capacity_token_count_ = value;
+}
+inline void GetMemoryReportResponse::set_kv_capacity_token_count(int64_t value) {
+  _internal_set_kv_capacity_token_count(value);
+  // @@protoc_insertion_point(field_set:arbi.v1.GetMemoryReportResponse.kv_capacity_token_count)
+}
+
+// -------------------------------------------------------------------
+
+// ReloadKvCalibrationRequest
+
+// string path = 1 [json_name = "path"];
+inline void ReloadKvCalibrationRequest::clear_path() {
+  _impl_.path_.ClearToEmpty();
+}
+inline const std::string& ReloadKvCalibrationRequest::path() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.ReloadKvCalibrationRequest.path)
+  return _internal_path();
+}
+template <typename ArgT0, typename... ArgT>
+inline PROTOBUF_ALWAYS_INLINE
+void ReloadKvCalibrationRequest::set_path(ArgT0&& arg0, ArgT... args) {
+ 
+ _impl_.path_.Set(static_cast<ArgT0 &&>(arg0), args..., GetArenaForAllocation());
+  // @@protoc_insertion_point(field_set:arbi.v1.ReloadKvCalibrationRequest.path)
+}
+inline std::string* ReloadKvCalibrationRequest::mutable_path() {
+  std::string* _s = _internal_mutable_path();
+  // @@protoc_insertion_point(field_mutable:arbi.v1.ReloadKvCalibrationRequest.path)
+  return _s;
+}
+inline const std::string& ReloadKvCalibrationRequest::_internal_path() const {
+  return _impl_.path_.Get();
+}
+inline void ReloadKvCalibrationRequest::_internal_set_path(const std::string& value) {
+  
+  _impl_.path_.Set(value, GetArenaForAllocation());
+}
+inline std::string* ReloadKvCalibrationRequest::_internal_mutable_path() {
+  
+  return _impl_.path_.Mutable(GetArenaForAllocation());
+}
+inline std::string* ReloadKvCalibrationRequest::release_path() {
+  // @@protoc_insertion_point(field_release:arbi.v1.ReloadKvCalibrationRequest.path)
+  return _impl_.path_.Release();
+}
+inline void ReloadKvCalibrationRequest::set_allocated_path(std::string* path) {
+  if (path != nullptr) {
+    
+  } else {
+    
+  }
+  _impl_.path_.SetAllocated(path, GetArenaForAllocation());
+#ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (_impl_.path_.IsDefault()) {
+    _impl_.path_.Set("", GetArenaForAllocation());
+  }
+#endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  // @@protoc_insertion_point(field_set_allocated:arbi.v1.ReloadKvCalibrationRequest.path)
+}
+
+// string kv_bits = 2 [json_name = "kvBits"];
+inline void ReloadKvCalibrationRequest::clear_kv_bits() {
+  _impl_.kv_bits_.ClearToEmpty();
+}
+inline const std::string& ReloadKvCalibrationRequest::kv_bits() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.ReloadKvCalibrationRequest.kv_bits)
+  return _internal_kv_bits();
+}
+template <typename ArgT0, typename... ArgT>
+inline PROTOBUF_ALWAYS_INLINE
+void ReloadKvCalibrationRequest::set_kv_bits(ArgT0&& arg0, ArgT... args) {
+ 
+ _impl_.kv_bits_.Set(static_cast<ArgT0 &&>(arg0), args..., GetArenaForAllocation());
+  // @@protoc_insertion_point(field_set:arbi.v1.ReloadKvCalibrationRequest.kv_bits)
+}
+inline std::string* ReloadKvCalibrationRequest::mutable_kv_bits() {
+  std::string* _s = _internal_mutable_kv_bits();
+  // @@protoc_insertion_point(field_mutable:arbi.v1.ReloadKvCalibrationRequest.kv_bits)
+  return _s;
+}
+inline const std::string& ReloadKvCalibrationRequest::_internal_kv_bits() const {
+  return _impl_.kv_bits_.Get();
+}
+inline void ReloadKvCalibrationRequest::_internal_set_kv_bits(const std::string& value) {
+  
+  _impl_.kv_bits_.Set(value, GetArenaForAllocation());
+}
+inline std::string* ReloadKvCalibrationRequest::_internal_mutable_kv_bits() {
+  
+  return _impl_.kv_bits_.Mutable(GetArenaForAllocation());
+}
+inline std::string* ReloadKvCalibrationRequest::release_kv_bits() {
+  // @@protoc_insertion_point(field_release:arbi.v1.ReloadKvCalibrationRequest.kv_bits)
+  return _impl_.kv_bits_.Release();
+}
+inline void ReloadKvCalibrationRequest::set_allocated_kv_bits(std::string* kv_bits) {
+  if (kv_bits != nullptr) {
+    
+  } else {
+    
+  }
+  _impl_.kv_bits_.SetAllocated(kv_bits, GetArenaForAllocation());
+#ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (_impl_.kv_bits_.IsDefault()) {
+    _impl_.kv_bits_.Set("", GetArenaForAllocation());
+  }
+#endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  // @@protoc_insertion_point(field_set_allocated:arbi.v1.ReloadKvCalibrationRequest.kv_bits)
+}
+
+// int64 drain_timeout_ms = 3 [json_name = "drainTimeoutMs"];
+inline void ReloadKvCalibrationRequest::clear_drain_timeout_ms() {
+  _impl_.drain_timeout_ms_ = int64_t{0};
+}
+inline int64_t ReloadKvCalibrationRequest::_internal_drain_timeout_ms() const {
+  return _impl_.drain_timeout_ms_;
+}
+inline int64_t ReloadKvCalibrationRequest::drain_timeout_ms() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.ReloadKvCalibrationRequest.drain_timeout_ms)
+  return _internal_drain_timeout_ms();
+}
+inline void ReloadKvCalibrationRequest::_internal_set_drain_timeout_ms(int64_t value) {
+  
+  _impl_.drain_timeout_ms_ = value;
+}
+inline void ReloadKvCalibrationRequest::set_drain_timeout_ms(int64_t value) {
+  _internal_set_drain_timeout_ms(value);
+  // @@protoc_insertion_point(field_set:arbi.v1.ReloadKvCalibrationRequest.drain_timeout_ms)
+}
+
+// -------------------------------------------------------------------
+
+// ReloadKvCalibrationResponse
+
+// string kv_codec = 1 [json_name = "kvCodec"];
+inline void ReloadKvCalibrationResponse::clear_kv_codec() {
+  _impl_.kv_codec_.ClearToEmpty();
+}
+inline const std::string& ReloadKvCalibrationResponse::kv_codec() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.ReloadKvCalibrationResponse.kv_codec)
+  return _internal_kv_codec();
+}
+template <typename ArgT0, typename... ArgT>
+inline PROTOBUF_ALWAYS_INLINE
+void ReloadKvCalibrationResponse::set_kv_codec(ArgT0&& arg0, ArgT... args) {
+ 
+ _impl_.kv_codec_.Set(static_cast<ArgT0 &&>(arg0), args..., GetArenaForAllocation());
+  // @@protoc_insertion_point(field_set:arbi.v1.ReloadKvCalibrationResponse.kv_codec)
+}
+inline std::string* ReloadKvCalibrationResponse::mutable_kv_codec() {
+  std::string* _s = _internal_mutable_kv_codec();
+  // @@protoc_insertion_point(field_mutable:arbi.v1.ReloadKvCalibrationResponse.kv_codec)
+  return _s;
+}
+inline const std::string& ReloadKvCalibrationResponse::_internal_kv_codec() const {
+  return _impl_.kv_codec_.Get();
+}
+inline void ReloadKvCalibrationResponse::_internal_set_kv_codec(const std::string& value) {
+  
+  _impl_.kv_codec_.Set(value, GetArenaForAllocation());
+}
+inline std::string* ReloadKvCalibrationResponse::_internal_mutable_kv_codec() {
+  
+  return _impl_.kv_codec_.Mutable(GetArenaForAllocation());
+}
+inline std::string* ReloadKvCalibrationResponse::release_kv_codec() {
+  // @@protoc_insertion_point(field_release:arbi.v1.ReloadKvCalibrationResponse.kv_codec)
+  return _impl_.kv_codec_.Release();
+}
+inline void ReloadKvCalibrationResponse::set_allocated_kv_codec(std::string* kv_codec) {
+  if (kv_codec != nullptr) {
+    
+  } else {
+    
+  }
+  _impl_.kv_codec_.SetAllocated(kv_codec, GetArenaForAllocation());
+#ifdef PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  if (_impl_.kv_codec_.IsDefault()) {
+    _impl_.kv_codec_.Set("", GetArenaForAllocation());
+  }
+#endif // PROTOBUF_FORCE_COPY_DEFAULT_STRING
+  // @@protoc_insertion_point(field_set_allocated:arbi.v1.ReloadKvCalibrationResponse.kv_codec)
+}
+
+// int32 cancelled_request_count = 2 [json_name = "cancelledRequestCount"];
+inline void ReloadKvCalibrationResponse::clear_cancelled_request_count() {
+  _impl_.cancelled_request_count_ = 0;
+}
+inline int32_t ReloadKvCalibrationResponse::_internal_cancelled_request_count() const {
+  return _impl_.cancelled_request_count_;
+}
+inline int32_t ReloadKvCalibrationResponse::cancelled_request_count() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.ReloadKvCalibrationResponse.cancelled_request_count)
+  return _internal_cancelled_request_count();
+}
+inline void ReloadKvCalibrationResponse::_internal_set_cancelled_request_count(int32_t value) {
+  
+  _impl_.cancelled_request_count_ = value;
+}
+inline void ReloadKvCalibrationResponse::set_cancelled_request_count(int32_t value) {
+  _internal_set_cancelled_request_count(value);
+  // @@protoc_insertion_point(field_set:arbi.v1.ReloadKvCalibrationResponse.cancelled_request_count)
+}
+
+// int32 flushed_block_count = 3 [json_name = "flushedBlockCount"];
+inline void ReloadKvCalibrationResponse::clear_flushed_block_count() {
+  _impl_.flushed_block_count_ = 0;
+}
+inline int32_t ReloadKvCalibrationResponse::_internal_flushed_block_count() const {
+  return _impl_.flushed_block_count_;
+}
+inline int32_t ReloadKvCalibrationResponse::flushed_block_count() const {
+  // @@protoc_insertion_point(field_get:arbi.v1.ReloadKvCalibrationResponse.flushed_block_count)
+  return _internal_flushed_block_count();
+}
+inline void ReloadKvCalibrationResponse::_internal_set_flushed_block_count(int32_t value) {
+  
+  _impl_.flushed_block_count_ = value;
+}
+inline void ReloadKvCalibrationResponse::set_flushed_block_count(int32_t value) {
+  _internal_set_flushed_block_count(value);
+  // @@protoc_insertion_point(field_set:arbi.v1.ReloadKvCalibrationResponse.flushed_block_count)
+}
+
 // -------------------------------------------------------------------
 
 // ListRunningRequestsRequest
@@ -6554,6 +7197,10 @@ inline void DrainServerResponse::set_remaining_request_count(int32_t value) {
 #ifdef __GNUC__
   #pragma GCC diagnostic pop
 #endif  // __GNUC__
+// -------------------------------------------------------------------
+
+// -------------------------------------------------------------------
+
 // -------------------------------------------------------------------
 
 // -------------------------------------------------------------------

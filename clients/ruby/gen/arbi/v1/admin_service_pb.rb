@@ -76,6 +76,18 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
       optional :kv_used_bytes, :int64, 7, json_name: "kvUsedBytes"
       optional :weight_bytes, :int64, 8, json_name: "weightBytes"
       optional :kv_cached_block_count, :int32, 9, json_name: "kvCachedBlockCount"
+      optional :kv_bytes_per_token_per_layer, :double, 10, json_name: "kvBytesPerTokenPerLayer"
+      optional :kv_capacity_token_count, :int64, 11, json_name: "kvCapacityTokenCount"
+    end
+    add_message "arbi.v1.ReloadKvCalibrationRequest" do
+      optional :path, :string, 1, json_name: "path"
+      optional :kv_bits, :string, 2, json_name: "kvBits"
+      optional :drain_timeout_ms, :int64, 3, json_name: "drainTimeoutMs"
+    end
+    add_message "arbi.v1.ReloadKvCalibrationResponse" do
+      optional :kv_codec, :string, 1, json_name: "kvCodec"
+      optional :cancelled_request_count, :int32, 2, json_name: "cancelledRequestCount"
+      optional :flushed_block_count, :int32, 3, json_name: "flushedBlockCount"
     end
     add_message "arbi.v1.ListRunningRequestsRequest" do
     end
@@ -132,6 +144,8 @@ module Arbi
     FlushPrefixCacheResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.FlushPrefixCacheResponse").msgclass
     GetMemoryReportRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.GetMemoryReportRequest").msgclass
     GetMemoryReportResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.GetMemoryReportResponse").msgclass
+    ReloadKvCalibrationRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.ReloadKvCalibrationRequest").msgclass
+    ReloadKvCalibrationResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.ReloadKvCalibrationResponse").msgclass
     ListRunningRequestsRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.ListRunningRequestsRequest").msgclass
     ListRunningRequestsResponse = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.ListRunningRequestsResponse").msgclass
     CancelRunningRequestRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("arbi.v1.CancelRunningRequestRequest").msgclass

@@ -89,6 +89,22 @@ module Arbi
         # Errors:
         # - FAILED_PRECONDITION: no model is resident.
         rpc :FlushPrefixCache, ::Arbi::V1::FlushPrefixCacheRequest, ::Arbi::V1::FlushPrefixCacheResponse
+        # ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+        # loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+        # drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+        # the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+        # prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+        # changes nothing: the old one keeps serving.
+        #
+        # Errors:
+        # - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+        #   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+        # - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+        #   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+        #   negative.
+        # - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+        # - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+        rpc :ReloadKvCalibration, ::Arbi::V1::ReloadKvCalibrationRequest, ::Arbi::V1::ReloadKvCalibrationResponse
         # ListRunningRequests lists the requests the engine holds, waiting and running.
         #
         # Errors: none of its own (an empty list when no model is resident).

@@ -43,7 +43,10 @@ export interface GetServerInfoResponse {
   device: string;
   /** The dtype of weights and activations, for example "float32". */
   dtype: string;
-  /** How the KV cache is stored: "none" for plain tensors in the model's dtype. */
+  /**
+   * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+   * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
+   */
   kvCodec: string;
   /** The limits the server enforces. */
   limits: ServerLimits | undefined;
@@ -178,6 +181,40 @@ export interface GetMemoryReportResponse {
    * cache.
    */
   kvCachedBlockCount: number;
+  /**
+   * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
+   * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
+   * scales and zeros, and the token's share of its block's fp16 sink slots.
+   */
+  kvBytesPerTokenPerLayer: number;
+  /** Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget. */
+  kvCapacityTokenCount: number;
+}
+
+/** Replaces the TKV calibration bundle. */
+export interface ReloadKvCalibrationRequest {
+  /** The bundle directory on the server (as `--kv-calibration`), written by `arbi-serve calibrate`. */
+  path: string;
+  /**
+   * Bits for every layer replacing the bundle's per-layer bits, as `--kv-bits`: "4" for keys and values,
+   * or key/value bits like "4/3"; each in 2-6 or 8. Empty takes the bundle's own bits.
+   */
+  kvBits: string;
+  /**
+   * How long requests in flight may run before they are cancelled, in milliseconds; 0 uses the server's
+   * `drain_timeout_ms` setting.
+   */
+  drainTimeoutMs: number;
+}
+
+/** The outcome of a reload. */
+export interface ReloadKvCalibrationResponse {
+  /** The KV cache storage now in force, as GetServerInfoResponse.kv_codec. */
+  kvCodec: string;
+  /** Requests still in flight when the drain timed out, cancelled. */
+  cancelledRequestCount: number;
+  /** KV cache blocks dropped from the prefix cache. */
+  flushedBlockCount: number;
 }
 
 /** Asks for the requests in the engine. */
@@ -1564,6 +1601,8 @@ function createBaseGetMemoryReportResponse(): GetMemoryReportResponse {
     kvUsedBytes: 0,
     weightBytes: 0,
     kvCachedBlockCount: 0,
+    kvBytesPerTokenPerLayer: 0,
+    kvCapacityTokenCount: 0,
   };
 }
 
@@ -1595,6 +1634,12 @@ export const GetMemoryReportResponse: MessageFns<GetMemoryReportResponse> = {
     }
     if (message.kvCachedBlockCount !== 0) {
       writer.uint32(72).int32(message.kvCachedBlockCount);
+    }
+    if (message.kvBytesPerTokenPerLayer !== 0) {
+      writer.uint32(81).double(message.kvBytesPerTokenPerLayer);
+    }
+    if (message.kvCapacityTokenCount !== 0) {
+      writer.uint32(88).int64(message.kvCapacityTokenCount);
     }
     return writer;
   },
@@ -1684,6 +1729,22 @@ export const GetMemoryReportResponse: MessageFns<GetMemoryReportResponse> = {
             message.kvCachedBlockCount = reader.int32();
             continue;
           }
+          case 10: {
+            if (tag !== 81) {
+              break;
+            }
+
+            message.kvBytesPerTokenPerLayer = reader.double();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.kvCapacityTokenCount = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1743,6 +1804,16 @@ export const GetMemoryReportResponse: MessageFns<GetMemoryReportResponse> = {
         : isSet(object.kv_cached_block_count)
         ? globalThis.Number(object.kv_cached_block_count)
         : 0,
+      kvBytesPerTokenPerLayer: isSet(object.kvBytesPerTokenPerLayer)
+        ? globalThis.Number(object.kvBytesPerTokenPerLayer)
+        : isSet(object.kv_bytes_per_token_per_layer)
+        ? globalThis.Number(object.kv_bytes_per_token_per_layer)
+        : 0,
+      kvCapacityTokenCount: isSet(object.kvCapacityTokenCount)
+        ? globalThis.Number(object.kvCapacityTokenCount)
+        : isSet(object.kv_capacity_token_count)
+        ? globalThis.Number(object.kv_capacity_token_count)
+        : 0,
     };
   },
 
@@ -1775,6 +1846,12 @@ export const GetMemoryReportResponse: MessageFns<GetMemoryReportResponse> = {
     if (message.kvCachedBlockCount !== 0) {
       obj.kvCachedBlockCount = Math.round(message.kvCachedBlockCount);
     }
+    if (message.kvBytesPerTokenPerLayer !== 0) {
+      obj.kvBytesPerTokenPerLayer = floatToJson(message.kvBytesPerTokenPerLayer);
+    }
+    if (message.kvCapacityTokenCount !== 0) {
+      obj.kvCapacityTokenCount = Math.round(message.kvCapacityTokenCount);
+    }
     return obj;
   },
 
@@ -1792,6 +1869,230 @@ export const GetMemoryReportResponse: MessageFns<GetMemoryReportResponse> = {
     message.kvUsedBytes = object.kvUsedBytes ?? 0;
     message.weightBytes = object.weightBytes ?? 0;
     message.kvCachedBlockCount = object.kvCachedBlockCount ?? 0;
+    message.kvBytesPerTokenPerLayer = object.kvBytesPerTokenPerLayer ?? 0;
+    message.kvCapacityTokenCount = object.kvCapacityTokenCount ?? 0;
+    return message;
+  },
+};
+
+function createBaseReloadKvCalibrationRequest(): ReloadKvCalibrationRequest {
+  return { path: "", kvBits: "", drainTimeoutMs: 0 };
+}
+
+export const ReloadKvCalibrationRequest: MessageFns<ReloadKvCalibrationRequest> = {
+  encode(message: ReloadKvCalibrationRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.path !== "") {
+      writer.uint32(10).string(message.path);
+    }
+    if (message.kvBits !== "") {
+      writer.uint32(18).string(message.kvBits);
+    }
+    if (message.drainTimeoutMs !== 0) {
+      writer.uint32(24).int64(message.drainTimeoutMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReloadKvCalibrationRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReloadKvCalibrationRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.kvBits = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.drainTimeoutMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReloadKvCalibrationRequest {
+    return {
+      path: isSet(object.path) ? globalThis.String(object.path) : "",
+      kvBits: isSet(object.kvBits)
+        ? globalThis.String(object.kvBits)
+        : isSet(object.kv_bits)
+        ? globalThis.String(object.kv_bits)
+        : "",
+      drainTimeoutMs: isSet(object.drainTimeoutMs)
+        ? globalThis.Number(object.drainTimeoutMs)
+        : isSet(object.drain_timeout_ms)
+        ? globalThis.Number(object.drain_timeout_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: ReloadKvCalibrationRequest): unknown {
+    const obj: any = {};
+    if (message.path !== "") {
+      obj.path = message.path;
+    }
+    if (message.kvBits !== "") {
+      obj.kvBits = message.kvBits;
+    }
+    if (message.drainTimeoutMs !== 0) {
+      obj.drainTimeoutMs = Math.round(message.drainTimeoutMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReloadKvCalibrationRequest>, I>>(base?: I): ReloadKvCalibrationRequest {
+    return ReloadKvCalibrationRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReloadKvCalibrationRequest>, I>>(object: I): ReloadKvCalibrationRequest {
+    const message = createBaseReloadKvCalibrationRequest();
+    message.path = object.path ?? "";
+    message.kvBits = object.kvBits ?? "";
+    message.drainTimeoutMs = object.drainTimeoutMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseReloadKvCalibrationResponse(): ReloadKvCalibrationResponse {
+  return { kvCodec: "", cancelledRequestCount: 0, flushedBlockCount: 0 };
+}
+
+export const ReloadKvCalibrationResponse: MessageFns<ReloadKvCalibrationResponse> = {
+  encode(message: ReloadKvCalibrationResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kvCodec !== "") {
+      writer.uint32(10).string(message.kvCodec);
+    }
+    if (message.cancelledRequestCount !== 0) {
+      writer.uint32(16).int32(message.cancelledRequestCount);
+    }
+    if (message.flushedBlockCount !== 0) {
+      writer.uint32(24).int32(message.flushedBlockCount);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReloadKvCalibrationResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReloadKvCalibrationResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kvCodec = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.cancelledRequestCount = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.flushedBlockCount = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReloadKvCalibrationResponse {
+    return {
+      kvCodec: isSet(object.kvCodec)
+        ? globalThis.String(object.kvCodec)
+        : isSet(object.kv_codec)
+        ? globalThis.String(object.kv_codec)
+        : "",
+      cancelledRequestCount: isSet(object.cancelledRequestCount)
+        ? globalThis.Number(object.cancelledRequestCount)
+        : isSet(object.cancelled_request_count)
+        ? globalThis.Number(object.cancelled_request_count)
+        : 0,
+      flushedBlockCount: isSet(object.flushedBlockCount)
+        ? globalThis.Number(object.flushedBlockCount)
+        : isSet(object.flushed_block_count)
+        ? globalThis.Number(object.flushed_block_count)
+        : 0,
+    };
+  },
+
+  toJSON(message: ReloadKvCalibrationResponse): unknown {
+    const obj: any = {};
+    if (message.kvCodec !== "") {
+      obj.kvCodec = message.kvCodec;
+    }
+    if (message.cancelledRequestCount !== 0) {
+      obj.cancelledRequestCount = Math.round(message.cancelledRequestCount);
+    }
+    if (message.flushedBlockCount !== 0) {
+      obj.flushedBlockCount = Math.round(message.flushedBlockCount);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReloadKvCalibrationResponse>, I>>(base?: I): ReloadKvCalibrationResponse {
+    return ReloadKvCalibrationResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReloadKvCalibrationResponse>, I>>(object: I): ReloadKvCalibrationResponse {
+    const message = createBaseReloadKvCalibrationResponse();
+    message.kvCodec = object.kvCodec ?? "";
+    message.cancelledRequestCount = object.cancelledRequestCount ?? 0;
+    message.flushedBlockCount = object.flushedBlockCount ?? 0;
     return message;
   },
 };
@@ -2752,6 +3053,34 @@ export const AdminServiceService = {
     responseDeserialize: (value: Buffer): FlushPrefixCacheResponse => FlushPrefixCacheResponse.decode(value),
   },
   /**
+   * ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+   * loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+   * drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+   * the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+   * prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+   * changes nothing: the old one keeps serving.
+   *
+   * Errors:
+   * - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+   *   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+   * - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+   *   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+   *   negative.
+   * - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+   * - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+   */
+  reloadKvCalibration: {
+    path: "/arbi.v1.AdminService/ReloadKvCalibration" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReloadKvCalibrationRequest): Buffer =>
+      Buffer.from(ReloadKvCalibrationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReloadKvCalibrationRequest => ReloadKvCalibrationRequest.decode(value),
+    responseSerialize: (value: ReloadKvCalibrationResponse): Buffer =>
+      Buffer.from(ReloadKvCalibrationResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReloadKvCalibrationResponse => ReloadKvCalibrationResponse.decode(value),
+  },
+  /**
    * ListRunningRequests lists the requests the engine holds, waiting and running.
    *
    * Errors: none of its own (an empty list when no model is resident).
@@ -2937,6 +3266,24 @@ export interface AdminServiceServer extends UntypedServiceImplementation {
    * - FAILED_PRECONDITION: no model is resident.
    */
   flushPrefixCache: handleUnaryCall<FlushPrefixCacheRequest, FlushPrefixCacheResponse>;
+  /**
+   * ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+   * loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+   * drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+   * the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+   * prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+   * changes nothing: the old one keeps serving.
+   *
+   * Errors:
+   * - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+   *   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+   * - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+   *   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+   *   negative.
+   * - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+   * - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+   */
+  reloadKvCalibration: handleUnaryCall<ReloadKvCalibrationRequest, ReloadKvCalibrationResponse>;
   /**
    * ListRunningRequests lists the requests the engine holds, waiting and running.
    *
@@ -3193,6 +3540,38 @@ export interface AdminServiceClient extends Client {
     callback: (error: ServiceError | null, response: FlushPrefixCacheResponse) => void,
   ): ClientUnaryCall;
   /**
+   * ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+   * loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+   * drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+   * the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+   * prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+   * changes nothing: the old one keeps serving.
+   *
+   * Errors:
+   * - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+   *   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+   * - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+   *   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+   *   negative.
+   * - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+   * - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+   */
+  reloadKvCalibration(
+    request: ReloadKvCalibrationRequest,
+    callback: (error: ServiceError | null, response: ReloadKvCalibrationResponse) => void,
+  ): ClientUnaryCall;
+  reloadKvCalibration(
+    request: ReloadKvCalibrationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReloadKvCalibrationResponse) => void,
+  ): ClientUnaryCall;
+  reloadKvCalibration(
+    request: ReloadKvCalibrationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReloadKvCalibrationResponse) => void,
+  ): ClientUnaryCall;
+  /**
    * ListRunningRequests lists the requests the engine holds, waiting and running.
    *
    * Errors: none of its own (an empty list when no model is resident).
@@ -3332,6 +3711,10 @@ export const AdminServiceClient = makeGenericClientConstructor(
   service: typeof AdminServiceService;
   serviceName: string;
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 

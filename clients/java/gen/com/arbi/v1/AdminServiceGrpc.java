@@ -306,6 +306,37 @@ public final class AdminServiceGrpc {
     return getFlushPrefixCacheMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<com.arbi.v1.ReloadKvCalibrationRequest,
+      com.arbi.v1.ReloadKvCalibrationResponse> getReloadKvCalibrationMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ReloadKvCalibration",
+      requestType = com.arbi.v1.ReloadKvCalibrationRequest.class,
+      responseType = com.arbi.v1.ReloadKvCalibrationResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<com.arbi.v1.ReloadKvCalibrationRequest,
+      com.arbi.v1.ReloadKvCalibrationResponse> getReloadKvCalibrationMethod() {
+    io.grpc.MethodDescriptor<com.arbi.v1.ReloadKvCalibrationRequest, com.arbi.v1.ReloadKvCalibrationResponse> getReloadKvCalibrationMethod;
+    if ((getReloadKvCalibrationMethod = AdminServiceGrpc.getReloadKvCalibrationMethod) == null) {
+      synchronized (AdminServiceGrpc.class) {
+        if ((getReloadKvCalibrationMethod = AdminServiceGrpc.getReloadKvCalibrationMethod) == null) {
+          AdminServiceGrpc.getReloadKvCalibrationMethod = getReloadKvCalibrationMethod =
+              io.grpc.MethodDescriptor.<com.arbi.v1.ReloadKvCalibrationRequest, com.arbi.v1.ReloadKvCalibrationResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ReloadKvCalibration"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  com.arbi.v1.ReloadKvCalibrationRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  com.arbi.v1.ReloadKvCalibrationResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new AdminServiceMethodDescriptorSupplier("ReloadKvCalibration"))
+              .build();
+        }
+      }
+    }
+    return getReloadKvCalibrationMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<com.arbi.v1.ListRunningRequestsRequest,
       com.arbi.v1.ListRunningRequestsResponse> getListRunningRequestsMethod;
 
@@ -679,6 +710,29 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
+     * ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+     * loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+     * drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+     * the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+     * prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+     * changes nothing: the old one keeps serving.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+     *   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+     * - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+     *   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+     *   negative.
+     * - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+     * - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+     * </pre>
+     */
+    public void reloadKvCalibration(com.arbi.v1.ReloadKvCalibrationRequest request,
+        io.grpc.stub.StreamObserver<com.arbi.v1.ReloadKvCalibrationResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getReloadKvCalibrationMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
      * ListRunningRequests lists the requests the engine holds, waiting and running.
      * Errors: none of its own (an empty list when no model is resident).
      * </pre>
@@ -818,6 +872,13 @@ public final class AdminServiceGrpc {
                 com.arbi.v1.FlushPrefixCacheRequest,
                 com.arbi.v1.FlushPrefixCacheResponse>(
                   this, METHODID_FLUSH_PREFIX_CACHE)))
+          .addMethod(
+            getReloadKvCalibrationMethod(),
+            io.grpc.stub.ServerCalls.asyncUnaryCall(
+              new MethodHandlers<
+                com.arbi.v1.ReloadKvCalibrationRequest,
+                com.arbi.v1.ReloadKvCalibrationResponse>(
+                  this, METHODID_RELOAD_KV_CALIBRATION)))
           .addMethod(
             getListRunningRequestsMethod(),
             io.grpc.stub.ServerCalls.asyncUnaryCall(
@@ -1022,6 +1083,30 @@ public final class AdminServiceGrpc {
         io.grpc.stub.StreamObserver<com.arbi.v1.FlushPrefixCacheResponse> responseObserver) {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getFlushPrefixCacheMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+     * loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+     * drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+     * the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+     * prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+     * changes nothing: the old one keeps serving.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+     *   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+     * - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+     *   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+     *   negative.
+     * - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+     * - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+     * </pre>
+     */
+    public void reloadKvCalibration(com.arbi.v1.ReloadKvCalibrationRequest request,
+        io.grpc.stub.StreamObserver<com.arbi.v1.ReloadKvCalibrationResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getReloadKvCalibrationMethod(), getCallOptions()), request, responseObserver);
     }
 
     /**
@@ -1256,6 +1341,29 @@ public final class AdminServiceGrpc {
     public com.arbi.v1.FlushPrefixCacheResponse flushPrefixCache(com.arbi.v1.FlushPrefixCacheRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getFlushPrefixCacheMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+     * loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+     * drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+     * the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+     * prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+     * changes nothing: the old one keeps serving.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+     *   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+     * - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+     *   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+     *   negative.
+     * - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+     * - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+     * </pre>
+     */
+    public com.arbi.v1.ReloadKvCalibrationResponse reloadKvCalibration(com.arbi.v1.ReloadKvCalibrationRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getReloadKvCalibrationMethod(), getCallOptions(), request);
     }
 
     /**
@@ -1497,6 +1605,30 @@ public final class AdminServiceGrpc {
 
     /**
      * <pre>
+     * ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+     * loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+     * drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+     * the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+     * prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+     * changes nothing: the old one keeps serving.
+     * Errors:
+     * - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+     *   (`--kv-cache-dtype tkv`), or another model operation is in progress.
+     * - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+     *   (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+     *   negative.
+     * - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+     * - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<com.arbi.v1.ReloadKvCalibrationResponse> reloadKvCalibration(
+        com.arbi.v1.ReloadKvCalibrationRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getReloadKvCalibrationMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
      * ListRunningRequests lists the requests the engine holds, waiting and running.
      * Errors: none of its own (an empty list when no model is resident).
      * </pre>
@@ -1587,12 +1719,13 @@ public final class AdminServiceGrpc {
   private static final int METHODID_SWITCH_MODEL = 6;
   private static final int METHODID_GET_MEMORY_REPORT = 7;
   private static final int METHODID_FLUSH_PREFIX_CACHE = 8;
-  private static final int METHODID_LIST_RUNNING_REQUESTS = 9;
-  private static final int METHODID_CANCEL_RUNNING_REQUEST = 10;
-  private static final int METHODID_GET_RUNTIME_CONFIG = 11;
-  private static final int METHODID_UPDATE_RUNTIME_CONFIG = 12;
-  private static final int METHODID_DRAIN_SERVER = 13;
-  private static final int METHODID_RESUME_SERVER = 14;
+  private static final int METHODID_RELOAD_KV_CALIBRATION = 9;
+  private static final int METHODID_LIST_RUNNING_REQUESTS = 10;
+  private static final int METHODID_CANCEL_RUNNING_REQUEST = 11;
+  private static final int METHODID_GET_RUNTIME_CONFIG = 12;
+  private static final int METHODID_UPDATE_RUNTIME_CONFIG = 13;
+  private static final int METHODID_DRAIN_SERVER = 14;
+  private static final int METHODID_RESUME_SERVER = 15;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1646,6 +1779,10 @@ public final class AdminServiceGrpc {
         case METHODID_FLUSH_PREFIX_CACHE:
           serviceImpl.flushPrefixCache((com.arbi.v1.FlushPrefixCacheRequest) request,
               (io.grpc.stub.StreamObserver<com.arbi.v1.FlushPrefixCacheResponse>) responseObserver);
+          break;
+        case METHODID_RELOAD_KV_CALIBRATION:
+          serviceImpl.reloadKvCalibration((com.arbi.v1.ReloadKvCalibrationRequest) request,
+              (io.grpc.stub.StreamObserver<com.arbi.v1.ReloadKvCalibrationResponse>) responseObserver);
           break;
         case METHODID_LIST_RUNNING_REQUESTS:
           serviceImpl.listRunningRequests((com.arbi.v1.ListRunningRequestsRequest) request,
@@ -1741,6 +1878,7 @@ public final class AdminServiceGrpc {
               .addMethod(getSwitchModelMethod())
               .addMethod(getGetMemoryReportMethod())
               .addMethod(getFlushPrefixCacheMethod())
+              .addMethod(getReloadKvCalibrationMethod())
               .addMethod(getListRunningRequestsMethod())
               .addMethod(getCancelRunningRequestMethod())
               .addMethod(getGetRuntimeConfigMethod())

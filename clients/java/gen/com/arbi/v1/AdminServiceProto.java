@@ -105,6 +105,16 @@ public final class AdminServiceProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_arbi_v1_GetMemoryReportResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_arbi_v1_ReloadKvCalibrationRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_arbi_v1_ReloadKvCalibrationRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_arbi_v1_ReloadKvCalibrationResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_arbi_v1_ReloadKvCalibrationResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_arbi_v1_ListRunningRequestsRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -206,7 +216,7 @@ public final class AdminServiceProto {
       "d\030\001 \001(\tH\000R\010tenantId\210\001\001B\014\n\n_tenant_id\"J\n\030" +
       "FlushPrefixCacheResponse\022.\n\023flushed_bloc" +
       "k_count\030\001 \001(\005R\021flushedBlockCount\"\030\n\026GetM" +
-      "emoryReportRequest\"\213\003\n\027GetMemoryReportRe" +
+      "emoryReportRequest\"\201\004\n\027GetMemoryReportRe" +
       "sponse\022$\n\016kv_block_count\030\001 \001(\005R\014kvBlockC" +
       "ount\022-\n\023kv_used_block_count\030\002 \001(\005R\020kvUse" +
       "dBlockCount\022-\n\023kv_free_block_count\030\003 \001(\005" +
@@ -216,73 +226,86 @@ public final class AdminServiceProto {
       "R\014kvCacheBytes\022\"\n\rkv_used_bytes\030\007 \001(\003R\013k" +
       "vUsedBytes\022!\n\014weight_bytes\030\010 \001(\003R\013weight" +
       "Bytes\0221\n\025kv_cached_block_count\030\t \001(\005R\022kv" +
-      "CachedBlockCount\"\034\n\032ListRunningRequestsR" +
-      "equest\"R\n\033ListRunningRequestsResponse\0223\n" +
-      "\010requests\030\001 \003(\0132\027.arbi.v1.RunningRequest" +
-      "R\010requests\"<\n\033CancelRunningRequestReques" +
-      "t\022\035\n\nrequest_id\030\001 \001(\tR\trequestId\"\036\n\034Canc" +
-      "elRunningRequestResponse\"\031\n\027GetRuntimeCo" +
-      "nfigRequest\"J\n\030GetRuntimeConfigResponse\022" +
-      ".\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR" +
-      "\006config\"\211\001\n\032UpdateRuntimeConfigRequest\022." +
-      "\n\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006" +
-      "config\022;\n\013update_mask\030\002 \001(\0132\032.google.pro" +
-      "tobuf.FieldMaskR\nupdateMask\"M\n\033UpdateRun" +
-      "timeConfigResponse\022.\n\006config\030\001 \001(\0132\026.arb" +
-      "i.v1.RuntimeConfigR\006config\"3\n\022DrainServe" +
-      "rRequest\022\035\n\ntimeout_ms\030\001 \001(\003R\ttimeoutMs\"" +
-      "M\n\023DrainServerResponse\0226\n\027remaining_requ" +
-      "est_count\030\001 \001(\005R\025remainingRequestCount\"\025" +
-      "\n\023ResumeServerRequest\"\026\n\024ResumeServerRes" +
-      "ponse2\374\r\n\014AdminService\022h\n\rGetServerInfo\022" +
-      "\035.arbi.v1.GetServerInfoRequest\032\036.arbi.v1" +
-      ".GetServerInfoResponse\"\030\202\323\344\223\002\022\022\020/v1/admi" +
-      "n/server\022v\n\rCheckLiveness\022\035.arbi.v1.Chec" +
-      "kLivenessRequest\032\036.arbi.v1.CheckLiveness" +
-      "Response\"&\202\323\344\223\002 \022\036/v1/admin/server:check" +
-      "Liveness\022z\n\016CheckReadiness\022\036.arbi.v1.Che" +
-      "ckReadinessRequest\032\037.arbi.v1.CheckReadin" +
-      "essResponse\"\'\202\323\344\223\002!\022\037/v1/admin/server:ch" +
-      "eckReadiness\022_\n\nListModels\022\032.arbi.v1.Lis" +
-      "tModelsRequest\032\033.arbi.v1.ListModelsRespo" +
-      "nse\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d\n\tLoadMod" +
-      "el\022\031.arbi.v1.LoadModelRequest\032\032.arbi.v1." +
-      "LoadModelResponse\" \202\323\344\223\002\032:\001*\"\025/v1/admin/" +
-      "models:load\022l\n\013UnloadModel\022\033.arbi.v1.Unl" +
-      "oadModelRequest\032\034.arbi.v1.UnloadModelRes" +
-      "ponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:unloa" +
-      "d\022l\n\013SwitchModel\022\033.arbi.v1.SwitchModelRe" +
-      "quest\032\034.arbi.v1.SwitchModelResponse\"\"\202\323\344" +
-      "\223\002\034:\001*\"\027/v1/admin/models:switch\022t\n\017GetMe" +
-      "moryReport\022\037.arbi.v1.GetMemoryReportRequ" +
-      "est\032 .arbi.v1.GetMemoryReportResponse\"\036\202" +
-      "\323\344\223\002\030\022\026/v1/admin/memoryReport\022\177\n\020FlushPr" +
-      "efixCache\022 .arbi.v1.FlushPrefixCacheRequ" +
-      "est\032!.arbi.v1.FlushPrefixCacheResponse\"&" +
-      "\202\323\344\223\002 :\001*\"\033/v1/admin/prefixCache:flush\022|" +
-      "\n\023ListRunningRequests\022#.arbi.v1.ListRunn" +
-      "ingRequestsRequest\032$.arbi.v1.ListRunning" +
-      "RequestsResponse\"\032\202\323\344\223\002\024\022\022/v1/admin/requ" +
-      "ests\022\226\001\n\024CancelRunningRequest\022$.arbi.v1." +
-      "CancelRunningRequestRequest\032%.arbi.v1.Ca" +
-      "ncelRunningRequestResponse\"1\202\323\344\223\002+:\001*\"&/" +
-      "v1/admin/requests/{request_id}:cancel\022x\n" +
-      "\020GetRuntimeConfig\022 .arbi.v1.GetRuntimeCo" +
-      "nfigRequest\032!.arbi.v1.GetRuntimeConfigRe" +
-      "sponse\"\037\202\323\344\223\002\031\022\027/v1/admin/runtimeConfig\022" +
-      "\204\001\n\023UpdateRuntimeConfig\022#.arbi.v1.Update" +
-      "RuntimeConfigRequest\032$.arbi.v1.UpdateRun" +
-      "timeConfigResponse\"\"\202\323\344\223\002\034:\001*2\027/v1/admin" +
-      "/runtimeConfig\022k\n\013DrainServer\022\033.arbi.v1." +
-      "DrainServerRequest\032\034.arbi.v1.DrainServer" +
-      "Response\"!\202\323\344\223\002\033:\001*\"\026/v1/admin/server:dr" +
-      "ain\022o\n\014ResumeServer\022\034.arbi.v1.ResumeServ" +
-      "erRequest\032\035.arbi.v1.ResumeServerResponse" +
-      "\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/server:resumeB|\n\013" +
-      "com.arbi.v1B\021AdminServiceProtoP\001Z\035arbicl" +
-      "ient/gen/arbi/v1;arbiv1\242\002\003AXX\252\002\007Arbi.V1\312" +
-      "\002\007Arbi\\V1\342\002\023Arbi\\V1\\GPBMetadata\352\002\010Arbi::" +
-      "V1b\006proto3"
+      "CachedBlockCount\022=\n\034kv_bytes_per_token_p" +
+      "er_layer\030\n \001(\001R\027kvBytesPerTokenPerLayer\022" +
+      "5\n\027kv_capacity_token_count\030\013 \001(\003R\024kvCapa" +
+      "cityTokenCount\"s\n\032ReloadKvCalibrationReq" +
+      "uest\022\022\n\004path\030\001 \001(\tR\004path\022\027\n\007kv_bits\030\002 \001(" +
+      "\tR\006kvBits\022(\n\020drain_timeout_ms\030\003 \001(\003R\016dra" +
+      "inTimeoutMs\"\240\001\n\033ReloadKvCalibrationRespo" +
+      "nse\022\031\n\010kv_codec\030\001 \001(\tR\007kvCodec\0226\n\027cancel" +
+      "led_request_count\030\002 \001(\005R\025cancelledReques" +
+      "tCount\022.\n\023flushed_block_count\030\003 \001(\005R\021flu" +
+      "shedBlockCount\"\034\n\032ListRunningRequestsReq" +
+      "uest\"R\n\033ListRunningRequestsResponse\0223\n\010r" +
+      "equests\030\001 \003(\0132\027.arbi.v1.RunningRequestR\010" +
+      "requests\"<\n\033CancelRunningRequestRequest\022" +
+      "\035\n\nrequest_id\030\001 \001(\tR\trequestId\"\036\n\034Cancel" +
+      "RunningRequestResponse\"\031\n\027GetRuntimeConf" +
+      "igRequest\"J\n\030GetRuntimeConfigResponse\022.\n" +
+      "\006config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006c" +
+      "onfig\"\211\001\n\032UpdateRuntimeConfigRequest\022.\n\006" +
+      "config\030\001 \001(\0132\026.arbi.v1.RuntimeConfigR\006co" +
+      "nfig\022;\n\013update_mask\030\002 \001(\0132\032.google.proto" +
+      "buf.FieldMaskR\nupdateMask\"M\n\033UpdateRunti" +
+      "meConfigResponse\022.\n\006config\030\001 \001(\0132\026.arbi." +
+      "v1.RuntimeConfigR\006config\"3\n\022DrainServerR" +
+      "equest\022\035\n\ntimeout_ms\030\001 \001(\003R\ttimeoutMs\"M\n" +
+      "\023DrainServerResponse\0226\n\027remaining_reques" +
+      "t_count\030\001 \001(\005R\025remainingRequestCount\"\025\n\023" +
+      "ResumeServerRequest\"\026\n\024ResumeServerRespo" +
+      "nse2\212\017\n\014AdminService\022h\n\rGetServerInfo\022\035." +
+      "arbi.v1.GetServerInfoRequest\032\036.arbi.v1.G" +
+      "etServerInfoResponse\"\030\202\323\344\223\002\022\022\020/v1/admin/" +
+      "server\022v\n\rCheckLiveness\022\035.arbi.v1.CheckL" +
+      "ivenessRequest\032\036.arbi.v1.CheckLivenessRe" +
+      "sponse\"&\202\323\344\223\002 \022\036/v1/admin/server:checkLi" +
+      "veness\022z\n\016CheckReadiness\022\036.arbi.v1.Check" +
+      "ReadinessRequest\032\037.arbi.v1.CheckReadines" +
+      "sResponse\"\'\202\323\344\223\002!\022\037/v1/admin/server:chec" +
+      "kReadiness\022_\n\nListModels\022\032.arbi.v1.ListM" +
+      "odelsRequest\032\033.arbi.v1.ListModelsRespons" +
+      "e\"\030\202\323\344\223\002\022\022\020/v1/admin/models\022d\n\tLoadModel" +
+      "\022\031.arbi.v1.LoadModelRequest\032\032.arbi.v1.Lo" +
+      "adModelResponse\" \202\323\344\223\002\032:\001*\"\025/v1/admin/mo" +
+      "dels:load\022l\n\013UnloadModel\022\033.arbi.v1.Unloa" +
+      "dModelRequest\032\034.arbi.v1.UnloadModelRespo" +
+      "nse\"\"\202\323\344\223\002\034:\001*\"\027/v1/admin/models:unload\022" +
+      "l\n\013SwitchModel\022\033.arbi.v1.SwitchModelRequ" +
+      "est\032\034.arbi.v1.SwitchModelResponse\"\"\202\323\344\223\002" +
+      "\034:\001*\"\027/v1/admin/models:switch\022t\n\017GetMemo" +
+      "ryReport\022\037.arbi.v1.GetMemoryReportReques" +
+      "t\032 .arbi.v1.GetMemoryReportResponse\"\036\202\323\344" +
+      "\223\002\030\022\026/v1/admin/memoryReport\022\177\n\020FlushPref" +
+      "ixCache\022 .arbi.v1.FlushPrefixCacheReques" +
+      "t\032!.arbi.v1.FlushPrefixCacheResponse\"&\202\323" +
+      "\344\223\002 :\001*\"\033/v1/admin/prefixCache:flush\022\213\001\n" +
+      "\023ReloadKvCalibration\022#.arbi.v1.ReloadKvC" +
+      "alibrationRequest\032$.arbi.v1.ReloadKvCali" +
+      "brationResponse\")\202\323\344\223\002#:\001*\"\036/v1/admin/kv" +
+      "Calibration:reload\022|\n\023ListRunningRequest" +
+      "s\022#.arbi.v1.ListRunningRequestsRequest\032$" +
+      ".arbi.v1.ListRunningRequestsResponse\"\032\202\323" +
+      "\344\223\002\024\022\022/v1/admin/requests\022\226\001\n\024CancelRunni" +
+      "ngRequest\022$.arbi.v1.CancelRunningRequest" +
+      "Request\032%.arbi.v1.CancelRunningRequestRe" +
+      "sponse\"1\202\323\344\223\002+:\001*\"&/v1/admin/requests/{r" +
+      "equest_id}:cancel\022x\n\020GetRuntimeConfig\022 ." +
+      "arbi.v1.GetRuntimeConfigRequest\032!.arbi.v" +
+      "1.GetRuntimeConfigResponse\"\037\202\323\344\223\002\031\022\027/v1/" +
+      "admin/runtimeConfig\022\204\001\n\023UpdateRuntimeCon" +
+      "fig\022#.arbi.v1.UpdateRuntimeConfigRequest" +
+      "\032$.arbi.v1.UpdateRuntimeConfigResponse\"\"" +
+      "\202\323\344\223\002\034:\001*2\027/v1/admin/runtimeConfig\022k\n\013Dr" +
+      "ainServer\022\033.arbi.v1.DrainServerRequest\032\034" +
+      ".arbi.v1.DrainServerResponse\"!\202\323\344\223\002\033:\001*\"" +
+      "\026/v1/admin/server:drain\022o\n\014ResumeServer\022" +
+      "\034.arbi.v1.ResumeServerRequest\032\035.arbi.v1." +
+      "ResumeServerResponse\"\"\202\323\344\223\002\034:\001*\"\027/v1/adm" +
+      "in/server:resumeB|\n\013com.arbi.v1B\021AdminSe" +
+      "rviceProtoP\001Z\035arbiclient/gen/arbi/v1;arb" +
+      "iv1\242\002\003AXX\252\002\007Arbi.V1\312\002\007Arbi\\V1\342\002\023Arbi\\V1\\" +
+      "GPBMetadata\352\002\010Arbi::V1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -398,75 +421,87 @@ public final class AdminServiceProto {
     internal_static_arbi_v1_GetMemoryReportResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_GetMemoryReportResponse_descriptor,
-        new java.lang.String[] { "KvBlockCount", "KvUsedBlockCount", "KvFreeBlockCount", "KvBlockTokens", "KvBlockBytes", "KvCacheBytes", "KvUsedBytes", "WeightBytes", "KvCachedBlockCount", });
-    internal_static_arbi_v1_ListRunningRequestsRequest_descriptor =
+        new java.lang.String[] { "KvBlockCount", "KvUsedBlockCount", "KvFreeBlockCount", "KvBlockTokens", "KvBlockBytes", "KvCacheBytes", "KvUsedBytes", "WeightBytes", "KvCachedBlockCount", "KvBytesPerTokenPerLayer", "KvCapacityTokenCount", });
+    internal_static_arbi_v1_ReloadKvCalibrationRequest_descriptor =
       getDescriptor().getMessageTypes().get(18);
+    internal_static_arbi_v1_ReloadKvCalibrationRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_arbi_v1_ReloadKvCalibrationRequest_descriptor,
+        new java.lang.String[] { "Path", "KvBits", "DrainTimeoutMs", });
+    internal_static_arbi_v1_ReloadKvCalibrationResponse_descriptor =
+      getDescriptor().getMessageTypes().get(19);
+    internal_static_arbi_v1_ReloadKvCalibrationResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_arbi_v1_ReloadKvCalibrationResponse_descriptor,
+        new java.lang.String[] { "KvCodec", "CancelledRequestCount", "FlushedBlockCount", });
+    internal_static_arbi_v1_ListRunningRequestsRequest_descriptor =
+      getDescriptor().getMessageTypes().get(20);
     internal_static_arbi_v1_ListRunningRequestsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ListRunningRequestsRequest_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_ListRunningRequestsResponse_descriptor =
-      getDescriptor().getMessageTypes().get(19);
+      getDescriptor().getMessageTypes().get(21);
     internal_static_arbi_v1_ListRunningRequestsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ListRunningRequestsResponse_descriptor,
         new java.lang.String[] { "Requests", });
     internal_static_arbi_v1_CancelRunningRequestRequest_descriptor =
-      getDescriptor().getMessageTypes().get(20);
+      getDescriptor().getMessageTypes().get(22);
     internal_static_arbi_v1_CancelRunningRequestRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_CancelRunningRequestRequest_descriptor,
         new java.lang.String[] { "RequestId", });
     internal_static_arbi_v1_CancelRunningRequestResponse_descriptor =
-      getDescriptor().getMessageTypes().get(21);
+      getDescriptor().getMessageTypes().get(23);
     internal_static_arbi_v1_CancelRunningRequestResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_CancelRunningRequestResponse_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_GetRuntimeConfigRequest_descriptor =
-      getDescriptor().getMessageTypes().get(22);
+      getDescriptor().getMessageTypes().get(24);
     internal_static_arbi_v1_GetRuntimeConfigRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_GetRuntimeConfigRequest_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_GetRuntimeConfigResponse_descriptor =
-      getDescriptor().getMessageTypes().get(23);
+      getDescriptor().getMessageTypes().get(25);
     internal_static_arbi_v1_GetRuntimeConfigResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_GetRuntimeConfigResponse_descriptor,
         new java.lang.String[] { "Config", });
     internal_static_arbi_v1_UpdateRuntimeConfigRequest_descriptor =
-      getDescriptor().getMessageTypes().get(24);
+      getDescriptor().getMessageTypes().get(26);
     internal_static_arbi_v1_UpdateRuntimeConfigRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_UpdateRuntimeConfigRequest_descriptor,
         new java.lang.String[] { "Config", "UpdateMask", });
     internal_static_arbi_v1_UpdateRuntimeConfigResponse_descriptor =
-      getDescriptor().getMessageTypes().get(25);
+      getDescriptor().getMessageTypes().get(27);
     internal_static_arbi_v1_UpdateRuntimeConfigResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_UpdateRuntimeConfigResponse_descriptor,
         new java.lang.String[] { "Config", });
     internal_static_arbi_v1_DrainServerRequest_descriptor =
-      getDescriptor().getMessageTypes().get(26);
+      getDescriptor().getMessageTypes().get(28);
     internal_static_arbi_v1_DrainServerRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_DrainServerRequest_descriptor,
         new java.lang.String[] { "TimeoutMs", });
     internal_static_arbi_v1_DrainServerResponse_descriptor =
-      getDescriptor().getMessageTypes().get(27);
+      getDescriptor().getMessageTypes().get(29);
     internal_static_arbi_v1_DrainServerResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_DrainServerResponse_descriptor,
         new java.lang.String[] { "RemainingRequestCount", });
     internal_static_arbi_v1_ResumeServerRequest_descriptor =
-      getDescriptor().getMessageTypes().get(28);
+      getDescriptor().getMessageTypes().get(30);
     internal_static_arbi_v1_ResumeServerRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ResumeServerRequest_descriptor,
         new java.lang.String[] { });
     internal_static_arbi_v1_ResumeServerResponse_descriptor =
-      getDescriptor().getMessageTypes().get(29);
+      getDescriptor().getMessageTypes().get(31);
     internal_static_arbi_v1_ResumeServerResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_arbi_v1_ResumeServerResponse_descriptor,

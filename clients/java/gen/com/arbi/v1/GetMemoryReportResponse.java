@@ -183,6 +183,38 @@ private static final long serialVersionUID = 0L;
     return kvCachedBlockCount_;
   }
 
+  public static final int KV_BYTES_PER_TOKEN_PER_LAYER_FIELD_NUMBER = 10;
+  private double kvBytesPerTokenPerLayer_ = 0D;
+  /**
+   * <pre>
+   * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
+   * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
+   * scales and zeros, and the token's share of its block's fp16 sink slots.
+   * </pre>
+   *
+   * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
+   * @return The kvBytesPerTokenPerLayer.
+   */
+  @java.lang.Override
+  public double getKvBytesPerTokenPerLayer() {
+    return kvBytesPerTokenPerLayer_;
+  }
+
+  public static final int KV_CAPACITY_TOKEN_COUNT_FIELD_NUMBER = 11;
+  private long kvCapacityTokenCount_ = 0L;
+  /**
+   * <pre>
+   * Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget.
+   * </pre>
+   *
+   * <code>int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];</code>
+   * @return The kvCapacityTokenCount.
+   */
+  @java.lang.Override
+  public long getKvCapacityTokenCount() {
+    return kvCapacityTokenCount_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -223,6 +255,12 @@ private static final long serialVersionUID = 0L;
     }
     if (kvCachedBlockCount_ != 0) {
       output.writeInt32(9, kvCachedBlockCount_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(kvBytesPerTokenPerLayer_) != 0) {
+      output.writeDouble(10, kvBytesPerTokenPerLayer_);
+    }
+    if (kvCapacityTokenCount_ != 0L) {
+      output.writeInt64(11, kvCapacityTokenCount_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -269,6 +307,14 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeInt32Size(9, kvCachedBlockCount_);
     }
+    if (java.lang.Double.doubleToRawLongBits(kvBytesPerTokenPerLayer_) != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(10, kvBytesPerTokenPerLayer_);
+    }
+    if (kvCapacityTokenCount_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(11, kvCapacityTokenCount_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -302,6 +348,11 @@ private static final long serialVersionUID = 0L;
         != other.getWeightBytes()) return false;
     if (getKvCachedBlockCount()
         != other.getKvCachedBlockCount()) return false;
+    if (java.lang.Double.doubleToLongBits(getKvBytesPerTokenPerLayer())
+        != java.lang.Double.doubleToLongBits(
+            other.getKvBytesPerTokenPerLayer())) return false;
+    if (getKvCapacityTokenCount()
+        != other.getKvCapacityTokenCount()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -335,6 +386,12 @@ private static final long serialVersionUID = 0L;
         getWeightBytes());
     hash = (37 * hash) + KV_CACHED_BLOCK_COUNT_FIELD_NUMBER;
     hash = (53 * hash) + getKvCachedBlockCount();
+    hash = (37 * hash) + KV_BYTES_PER_TOKEN_PER_LAYER_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        java.lang.Double.doubleToLongBits(getKvBytesPerTokenPerLayer()));
+    hash = (37 * hash) + KV_CAPACITY_TOKEN_COUNT_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getKvCapacityTokenCount());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -477,6 +534,8 @@ private static final long serialVersionUID = 0L;
       kvUsedBytes_ = 0L;
       weightBytes_ = 0L;
       kvCachedBlockCount_ = 0;
+      kvBytesPerTokenPerLayer_ = 0D;
+      kvCapacityTokenCount_ = 0L;
       return this;
     }
 
@@ -536,6 +595,12 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000100) != 0)) {
         result.kvCachedBlockCount_ = kvCachedBlockCount_;
+      }
+      if (((from_bitField0_ & 0x00000200) != 0)) {
+        result.kvBytesPerTokenPerLayer_ = kvBytesPerTokenPerLayer_;
+      }
+      if (((from_bitField0_ & 0x00000400) != 0)) {
+        result.kvCapacityTokenCount_ = kvCapacityTokenCount_;
       }
     }
 
@@ -610,6 +675,12 @@ private static final long serialVersionUID = 0L;
       if (other.getKvCachedBlockCount() != 0) {
         setKvCachedBlockCount(other.getKvCachedBlockCount());
       }
+      if (other.getKvBytesPerTokenPerLayer() != 0D) {
+        setKvBytesPerTokenPerLayer(other.getKvBytesPerTokenPerLayer());
+      }
+      if (other.getKvCapacityTokenCount() != 0L) {
+        setKvCapacityTokenCount(other.getKvCapacityTokenCount());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -681,6 +752,16 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000100;
               break;
             } // case 72
+            case 81: {
+              kvBytesPerTokenPerLayer_ = input.readDouble();
+              bitField0_ |= 0x00000200;
+              break;
+            } // case 81
+            case 88: {
+              kvCapacityTokenCount_ = input.readInt64();
+              bitField0_ |= 0x00000400;
+              break;
+            } // case 88
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1093,6 +1174,100 @@ private static final long serialVersionUID = 0L;
     public Builder clearKvCachedBlockCount() {
       bitField0_ = (bitField0_ & ~0x00000100);
       kvCachedBlockCount_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private double kvBytesPerTokenPerLayer_ ;
+    /**
+     * <pre>
+     * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
+     * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
+     * scales and zeros, and the token's share of its block's fp16 sink slots.
+     * </pre>
+     *
+     * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
+     * @return The kvBytesPerTokenPerLayer.
+     */
+    @java.lang.Override
+    public double getKvBytesPerTokenPerLayer() {
+      return kvBytesPerTokenPerLayer_;
+    }
+    /**
+     * <pre>
+     * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
+     * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
+     * scales and zeros, and the token's share of its block's fp16 sink slots.
+     * </pre>
+     *
+     * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
+     * @param value The kvBytesPerTokenPerLayer to set.
+     * @return This builder for chaining.
+     */
+    public Builder setKvBytesPerTokenPerLayer(double value) {
+      
+      kvBytesPerTokenPerLayer_ = value;
+      bitField0_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
+     * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
+     * scales and zeros, and the token's share of its block's fp16 sink slots.
+     * </pre>
+     *
+     * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearKvBytesPerTokenPerLayer() {
+      bitField0_ = (bitField0_ & ~0x00000200);
+      kvBytesPerTokenPerLayer_ = 0D;
+      onChanged();
+      return this;
+    }
+
+    private long kvCapacityTokenCount_ ;
+    /**
+     * <pre>
+     * Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget.
+     * </pre>
+     *
+     * <code>int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];</code>
+     * @return The kvCapacityTokenCount.
+     */
+    @java.lang.Override
+    public long getKvCapacityTokenCount() {
+      return kvCapacityTokenCount_;
+    }
+    /**
+     * <pre>
+     * Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget.
+     * </pre>
+     *
+     * <code>int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];</code>
+     * @param value The kvCapacityTokenCount to set.
+     * @return This builder for chaining.
+     */
+    public Builder setKvCapacityTokenCount(long value) {
+      
+      kvCapacityTokenCount_ = value;
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget.
+     * </pre>
+     *
+     * <code>int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearKvCapacityTokenCount() {
+      bitField0_ = (bitField0_ & ~0x00000400);
+      kvCapacityTokenCount_ = 0L;
       onChanged();
       return this;
     }

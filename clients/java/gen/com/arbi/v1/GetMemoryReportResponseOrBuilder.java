@@ -97,4 +97,26 @@ public interface GetMemoryReportResponseOrBuilder extends
    * @return The kvCachedBlockCount.
    */
   int getKvCachedBlockCount();
+
+  /**
+   * <pre>
+   * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
+   * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
+   * scales and zeros, and the token's share of its block's fp16 sink slots.
+   * </pre>
+   *
+   * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
+   * @return The kvBytesPerTokenPerLayer.
+   */
+  double getKvBytesPerTokenPerLayer();
+
+  /**
+   * <pre>
+   * Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget.
+   * </pre>
+   *
+   * <code>int64 kv_capacity_token_count = 11 [json_name = "kvCapacityTokenCount"];</code>
+   * @return The kvCapacityTokenCount.
+   */
+  long getKvCapacityTokenCount();
 }

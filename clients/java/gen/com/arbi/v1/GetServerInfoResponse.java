@@ -283,7 +283,8 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object kvCodec_ = "";
   /**
    * <pre>
-   * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+   * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+   * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
    * </pre>
    *
    * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>
@@ -304,7 +305,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+   * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+   * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
    * </pre>
    *
    * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>
@@ -1385,7 +1387,8 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object kvCodec_ = "";
     /**
      * <pre>
-     * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+     * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+     * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
      * </pre>
      *
      * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>
@@ -1405,7 +1408,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+     * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+     * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
      * </pre>
      *
      * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>
@@ -1426,7 +1430,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+     * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+     * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
      * </pre>
      *
      * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>
@@ -1443,7 +1448,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+     * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+     * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
      * </pre>
      *
      * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>
@@ -1457,7 +1463,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+     * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+     * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
      * </pre>
      *
      * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>

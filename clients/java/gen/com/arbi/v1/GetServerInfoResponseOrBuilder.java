@@ -116,7 +116,8 @@ public interface GetServerInfoResponseOrBuilder extends
 
   /**
    * <pre>
-   * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+   * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+   * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
    * </pre>
    *
    * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>
@@ -125,7 +126,8 @@ public interface GetServerInfoResponseOrBuilder extends
   java.lang.String getKvCodec();
   /**
    * <pre>
-   * How the KV cache is stored: "none" for plain tensors in the model's dtype.
+   * How the KV cache is stored: "none" for plain tensors in the model's dtype, or the TKV setting in
+   * force, for example "tkv K4V4 G32 sink1" (key and value bits, channels per group, fp16 sink tokens).
    * </pre>
    *
    * <code>string kv_codec = 6 [json_name = "kvCodec"];</code>

@@ -79,6 +79,22 @@ type AdminServiceClient interface {
 	// Errors:
 	// - FAILED_PRECONDITION: no model is resident.
 	FlushPrefixCache(ctx context.Context, in *FlushPrefixCacheRequest, opts ...grpc.CallOption) (*FlushPrefixCacheResponse, error)
+	// ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+	// loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+	// drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+	// the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+	// prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+	// changes nothing: the old one keeps serving.
+	//
+	// Errors:
+	//   - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+	//     (`--kv-cache-dtype tkv`), or another model operation is in progress.
+	//   - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+	//     (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+	//     negative.
+	//   - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+	//   - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+	ReloadKvCalibration(ctx context.Context, in *ReloadKvCalibrationRequest, opts ...grpc.CallOption) (*ReloadKvCalibrationResponse, error)
 	// ListRunningRequests lists the requests the engine holds, waiting and running.
 	//
 	// Errors: none of its own (an empty list when no model is resident).
@@ -198,6 +214,15 @@ func (c *adminServiceClient) GetMemoryReport(ctx context.Context, in *GetMemoryR
 func (c *adminServiceClient) FlushPrefixCache(ctx context.Context, in *FlushPrefixCacheRequest, opts ...grpc.CallOption) (*FlushPrefixCacheResponse, error) {
 	out := new(FlushPrefixCacheResponse)
 	err := c.cc.Invoke(ctx, "/arbi.v1.AdminService/FlushPrefixCache", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ReloadKvCalibration(ctx context.Context, in *ReloadKvCalibrationRequest, opts ...grpc.CallOption) (*ReloadKvCalibrationResponse, error) {
+	out := new(ReloadKvCalibrationResponse)
+	err := c.cc.Invoke(ctx, "/arbi.v1.AdminService/ReloadKvCalibration", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -324,6 +349,22 @@ type AdminServiceServer interface {
 	// Errors:
 	// - FAILED_PRECONDITION: no model is resident.
 	FlushPrefixCache(context.Context, *FlushPrefixCacheRequest) (*FlushPrefixCacheResponse, error)
+	// ReloadKvCalibration replaces the TKV calibration bundle of the resident model without a restart. It
+	// loads and validates the bundle at `path` first; then it stops admitting requests, waits up to the
+	// drain timeout for the requests in flight (the rest are cancelled: FINISH_REASON_CANCELLED), rebuilds
+	// the KV cache storage with the bundle's scales and bits (the pool keeps its block count), empties the
+	// prefix cache (its blocks were encoded with the old bundle) and admits requests again. A bad bundle
+	// changes nothing: the old one keeps serving.
+	//
+	// Errors:
+	//   - FAILED_PRECONDITION: no model is resident, the server does not run a TKV KV cache
+	//     (`--kv-cache-dtype tkv`), or another model operation is in progress.
+	//   - INVALID_ARGUMENT: `path` is empty or not a directory, the bundle was calibrated for another model
+	//     (both fingerprints named) or for other layer shapes, `kv_bits` is invalid, or `drain_timeout_ms` is
+	//     negative.
+	//   - DATA_LOSS: the bundle is corrupt (unreadable, checksum mismatch, invalid values).
+	//   - RESOURCE_EXHAUSTED: with the new bits the pool's blocks need more than the KV cache memory budget.
+	ReloadKvCalibration(context.Context, *ReloadKvCalibrationRequest) (*ReloadKvCalibrationResponse, error)
 	// ListRunningRequests lists the requests the engine holds, waiting and running.
 	//
 	// Errors: none of its own (an empty list when no model is resident).
@@ -391,6 +432,9 @@ func (UnimplementedAdminServiceServer) GetMemoryReport(context.Context, *GetMemo
 }
 func (UnimplementedAdminServiceServer) FlushPrefixCache(context.Context, *FlushPrefixCacheRequest) (*FlushPrefixCacheResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method FlushPrefixCache not implemented")
+}
+func (UnimplementedAdminServiceServer) ReloadKvCalibration(context.Context, *ReloadKvCalibrationRequest) (*ReloadKvCalibrationResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReloadKvCalibration not implemented")
 }
 func (UnimplementedAdminServiceServer) ListRunningRequests(context.Context, *ListRunningRequestsRequest) (*ListRunningRequestsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListRunningRequests not implemented")
@@ -585,6 +629,24 @@ func _AdminService_FlushPrefixCache_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ReloadKvCalibration_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadKvCalibrationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReloadKvCalibration(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/arbi.v1.AdminService/ReloadKvCalibration",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReloadKvCalibration(ctx, req.(*ReloadKvCalibrationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListRunningRequests_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRunningRequestsRequest)
 	if err := dec(in); err != nil {
@@ -732,6 +794,10 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FlushPrefixCache",
 			Handler:    _AdminService_FlushPrefixCache_Handler,
+		},
+		{
+			MethodName: "ReloadKvCalibration",
+			Handler:    _AdminService_ReloadKvCalibration_Handler,
 		},
 		{
 			MethodName: "ListRunningRequests",
