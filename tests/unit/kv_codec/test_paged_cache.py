@@ -64,3 +64,21 @@ def test_setting_name_names_uniform_bits_or_the_average():
 def test_sink_larger_than_a_block_is_refused():
     with pytest.raises(InvalidArgumentError, match="sink tokens do not fit"):
         TkvPagedKVCache(_calibration(((4, 4),), sink_tokens=8), num_blocks=2, block_size=4, device="cpu")
+
+
+def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():
+    from arbi_grpc.config import EngineConfig
+    from arbi_grpc.memory.kv_pool import plan_kv_pool
+    from tests.unit.memory.shapes import model_config
+
+    model = model_config()
+    calibration = TkvCalibration.uniform(
+        "tkvfp1:test", TkvSpec(4, 3, 16, 1), model.num_layers, model.num_kv_heads, model.head_dim
+    )
+    config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=8)
+    pool = plan_kv_pool(config, model, calibration)
+    cache = TkvPagedKVCache(calibration, num_blocks=pool.num_blocks, block_size=8, device="cpu")
+    allocated = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
+    assert pool.num_bytes == allocated <= 1 << 20 < allocated + cache.bytes_per_block
+    with pytest.raises(InvalidArgumentError, match="calibration bundle"):
+        plan_kv_pool(config, model)
