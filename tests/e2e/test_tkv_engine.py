@@ -14,11 +14,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
+
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec, model_dir_fingerprint
