@@ -6,8 +6,9 @@ Scale methods, with a_c = max |y_c - m_c| over the samples:
 - "none": s_c = 1.
 - "sqrt_max": s_c = a_c^-1/2 (smoothing: halves the log-spread of channel ranges).
 - "mse": s_c = a_c^-alpha with alpha picked per head from ALPHA_GRID to minimize the round-trip squared error of
-  the actual codec on the samples, optionally weighted per channel (for keys: the queries' second moments, so
-  error lands where queries do not look); alpha = 0 is "none", so "mse" never loses on the calibration data.
+  the actual codec on MAX_SEARCH_SAMPLES evenly spaced samples, optionally weighted per channel (for keys: the
+  queries' second moments, so error lands where queries do not look); alpha = 0 is "none", so "mse" never
+  loses to "none" on those samples.
 Scales are normalized to a geometric mean of 1 per head, so values keep their overall magnitude.
 """
 
@@ -27,13 +28,15 @@ from arbi_grpc.kv_codec.quantize import dequantize_groups, quantize_groups
 CALIBRATION_METHODS: tuple[str, ...] = ("none", "sqrt_max", "mse")
 ALPHA_GRID: tuple[float, ...] = (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75)
 MAX_CALIBRATION_SAMPLES = 8192
+MAX_SEARCH_SAMPLES = 2048
+"""Samples (evenly spaced among the calibration samples) on which the "mse" method compares its alphas."""
 _RANGE_FLOOR = 1e-6
 
 
-def _subsample(samples: torch.Tensor) -> torch.Tensor:
-    if samples.shape[0] <= MAX_CALIBRATION_SAMPLES:
+def _subsample(samples: torch.Tensor, limit: int = MAX_CALIBRATION_SAMPLES) -> torch.Tensor:
+    if samples.shape[0] <= limit:
         return samples
-    pick = torch.linspace(0, samples.shape[0] - 1, MAX_CALIBRATION_SAMPLES, device=samples.device).round().long()
+    pick = torch.linspace(0, samples.shape[0] - 1, limit, device=samples.device).round().long()
     return samples[pick]
 
 
@@ -91,7 +94,8 @@ def calibrate_channels(
     else:
         weights = torch.ones_like(channel_range) if weights is None else weights.to(channel_range)
         candidates = torch.stack([_normalized_power_scales(channel_range, alpha) for alpha in ALPHA_GRID])  # [A, H, D]
-        errors = torch.stack([_round_trip_error(centered, s, bits, group_size, weights) for s in candidates])  # [A, H]
+        searched = _subsample(centered, MAX_SEARCH_SAMPLES)
+        errors = torch.stack([_round_trip_error(searched, s, bits, group_size, weights) for s in candidates])  # [A, H]
         scale = candidates[errors.argmin(dim=0), torch.arange(channel_range.shape[0])]
     return ChannelTransform(scale.contiguous().cpu(), shift.contiguous().cpu())
 
@@ -135,10 +139,12 @@ class ChannelTable:
 
     def round_trip_error(self, layer: int, keys: bool, bits: int) -> float:
         """Mean squared error, in the rotated space, of `layer`'s samples through the codec at `bits` bits."""
-        samples = _subsample((self.keys_per_layer if keys else self.values_per_layer)[layer]).float()
+        samples = (self.keys_per_layer if keys else self.values_per_layer)[layer]
+        samples = _subsample(samples, MAX_SEARCH_SAMPLES).float()
         rotated = hadamard_rotate(samples) if self.rotate else samples
         transform = self.transform(layer, keys, bits)
-        decoded = transform.inverse(dequantize_groups(quantize_groups(transform.forward(rotated), bits, self.group_size)))
+        encoded = quantize_groups(transform.forward(rotated), bits, self.group_size)
+        decoded = transform.inverse(dequantize_groups(encoded))
         return (decoded - rotated).pow(2).mean().item()
 
     def calibration(
