@@ -21,11 +21,12 @@ from arbi_grpc.memory.budget import MemoryBudget
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
-from arbi_grpc.memory.measure import measure_budget
+from arbi_grpc.memory.measure import measure_budget, reserved_growth
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.attention_selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.models.loader import load_model
@@ -76,12 +77,14 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend)
     tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the blocks the projection fusion freed go back before the pool is carved
     kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)
-    budget = measure_budget(model, kv_cache, config, kv_pool, limit)
+    runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend)
+    budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes)
     budget.check_fits()
     metrics = ModelMetrics()
-    engine = assemble_engine(model, model_config, kv_cache, tokenizer, config, max_model_len, backend,
-                             EngineMetricsObserver(metrics))
+    engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics))
     metrics.watch(engine, budget, {"model": resolved.name, "architecture": model_config.architecture,
                                    "dtype": config.dtype, "device": config.device}, config.enable_prefix_cache)
     engine.start()
@@ -106,27 +109,38 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     )
 
 
-def assemble_engine(
+def build_runner(
     model: CausalLM,
-    model_config: ModelConfig,
-    kv_cache: PagedKVCache,
-    tokenizer: TextTokenizer,
+    kv_cache: PagedKVCache | TkvPagedKVCache,
     config: EngineConfig,
     max_model_len: int,
     backend: AttentionBackend,
-    observer: EngineObserver | None = None,
-) -> Engine:
-    """Wires scheduler, model runner (capturing its CUDA graphs when the backend allows) and output processing
-    around a loaded model and its KV cache; the engine thread is not started."""
+) -> tuple[ModelRunner, int]:
+    """The model runner, with its decode steps captured as CUDA graphs when on CUDA and the backend allows;
+    returns it and the bytes the capture kept reserved (0 without graphs). Capture before profiling memory:
+    a capture empties the allocator's cache."""
     runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device)
     graph_batch = min(config.cuda_graph_max_batch, config.max_running_requests)
-    if kv_cache.device.type == "cuda" and graph_batch > 0 and backend.cuda_graph_safe:
-        graph_bytes = runner.capture_decode_graphs(graph_batch, max_model_len)
-        log.info("captured CUDA graphs of decode steps up to batch %d (%.1f MiB)", graph_batch, graph_bytes / MIB)
+    if kv_cache.device.type != "cuda" or graph_batch == 0 or not backend.cuda_graph_safe:
+        return runner, 0
+    graph_bytes = reserved_growth(lambda: runner.capture_decode_graphs(graph_batch, max_model_len), kv_cache.device)
+    log.info("captured CUDA graphs of decode steps up to batch %d (%.1f MiB)", graph_batch, graph_bytes / MIB)
+    return runner, graph_bytes
+
+
+def assemble_engine(
+    runner: ModelRunner,
+    model_config: ModelConfig,
+    tokenizer: TextTokenizer,
+    config: EngineConfig,
+    max_model_len: int,
+    observer: EngineObserver | None = None,
+) -> Engine:
+    """Wires scheduler and output processing around a model runner; the engine thread is not started."""
     eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
     return Engine(
         scheduler=Scheduler(
-            KVCacheManager(kv_cache.num_blocks, config.block_size, config.enable_prefix_cache),
+            KVCacheManager(runner.kv_cache.num_blocks, config.block_size, config.enable_prefix_cache),
             SchedulerLimits(
                 max_running=config.max_running_requests,
                 max_step_tokens=config.max_step_tokens,

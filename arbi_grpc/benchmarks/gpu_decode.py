@@ -38,7 +38,7 @@ from arbi_grpc.models.attention_selection import build_kv_cache, select_attentio
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape, reference_hf_config
-from arbi_grpc.serving import assemble_engine
+from arbi_grpc.serving import assemble_engine, build_runner
 from arbi_grpc.text.tokenizer import SpecialTokenFacts, TextTokenizer
 
 
@@ -133,8 +133,9 @@ def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
         2 * config.num_layers * engine_config.block_size * config.num_kv_heads * config.head_dim * 2
     )
     kv_cache = build_kv_cache(engine_config, config, num_blocks)
-    engine = assemble_engine(model, config, kv_cache, synthetic_tokenizer(config.vocab_size), engine_config,
-                             engine_config.max_model_len, backend)
+    runner, _ = build_runner(model, kv_cache, engine_config, engine_config.max_model_len, backend)
+    engine = assemble_engine(runner, config, synthetic_tokenizer(config.vocab_size), engine_config,
+                             engine_config.max_model_len)
     engine.start()
     try:
         generate(engine, requests_for(random_prompts(2, args.prompt_len, config.vocab_size, 1), 8, "warm"))

@@ -14,20 +14,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arbi_grpc.engine.graph_batches import graph_batch_sizes
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.kv_cache import PagedKVCache
 
 
 _PADDING = np.array([0, 0, -1], dtype=np.int64)  # input id, position, slot (-1: write nowhere)
-
-
-def graph_batch_sizes(max_batch: int) -> tuple[int, ...]:
-    """1, 2, 4, 8, then every multiple of 8 up to `max_batch` (padding wastes at most 7 rows past 8)."""
-    sizes = [size for size in (1, 2, 4) if size < max_batch] + list(range(8, max_batch + 1, 8))
-    if not sizes or sizes[-1] != max_batch:
-        sizes.append(max_batch)
-    return tuple(sizes)
 
 
 @dataclass(frozen=True)
@@ -67,7 +60,6 @@ class DecodeGraphs:
         self._staged_tables = self._staged_tables_tensor.numpy()
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._logits: dict[int, Tensor] = {}
-        self.pool_bytes = 0
 
     @property
     def max_batch(self) -> int:
@@ -76,26 +68,24 @@ class DecodeGraphs:
     def capture(self) -> None:
         """Capture every batch size, largest first so that the smaller graphs reuse its memory pool.
 
-        `pool_bytes` records how much the allocator's reservation grew for the graphs.
+        Each size first runs once on one side stream (Triton compiles there, outside any capture); one stream
+        for all sizes keeps one cuBLAS workspace.
         """
-        torch.cuda.synchronize()
-        reserved_before = torch.cuda.memory_reserved()
         pool = None
+        warm_up_stream = torch.cuda.Stream()
         with torch.inference_mode():
             for batch_size in reversed(self.batch_sizes):
                 metadata = self._metadata(batch_size)
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):  # compile and autotune outside the capture
+                warm_up_stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(warm_up_stream):
                     self._forward(batch_size, metadata)
-                torch.cuda.current_stream().wait_stream(stream)
+                torch.cuda.current_stream().wait_stream(warm_up_stream)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
                     self._logits[batch_size] = self._forward(batch_size, metadata)
                 pool = graph.pool()
                 self._graphs[batch_size] = graph
         torch.cuda.synchronize()
-        self.pool_bytes = torch.cuda.memory_reserved() - reserved_before
 
     def run(self, batch: DecodeBatch) -> Tensor:
         """Logits [len(batch), V] (float32) of one decode step, from the smallest captured graph that fits."""

@@ -50,14 +50,14 @@ class ModelRunner:
         self.sampler = Sampler()
         self.decode_graphs: DecodeGraphs | None = None
 
-    def capture_decode_graphs(self, max_batch: int, max_model_len: int) -> int:
-        """Capture CUDA graphs of decode steps of up to `max_batch` sequences; returns the bytes they took."""
+    def capture_decode_graphs(self, max_batch: int, max_model_len: int) -> None:
+        """Capture CUDA graphs of decode steps of up to `max_batch` sequences (replacing earlier ones)."""
         if self.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, the runner is on {self.device}")
+        self.decode_graphs = None  # the old graphs' pool goes before the new capture
         graphs = DecodeGraphs(self.model, self.kv_cache, max_batch=max_batch, max_model_len=max_model_len)
         graphs.capture()
         self.decode_graphs = graphs
-        return graphs.pool_bytes
 
     @torch.inference_mode()
     def execute(self, step: ScheduledStep) -> StepResult:

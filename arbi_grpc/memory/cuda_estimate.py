@@ -13,6 +13,7 @@ batch plus the logits every captured graph keeps.
 from __future__ import annotations
 
 from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.engine.graph_batches import graph_batch_sizes
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES
 from arbi_grpc.models.config import ModelConfig
 
@@ -32,14 +33,10 @@ CUDA_MLP_COPIES = 3
 ATTENDED_OUTPUT_COPIES = 1
 # Qwen3's per-head q/k RMSNorm runs in torch on [tokens, heads, head_dim] and holds two float32 copies of q.
 QK_NORM_FLOAT32_QUERY_COPIES = 2
-# Graph batch sizes: 1, 2, 4, then every multiple of 8 (and the largest batch itself).
-SMALL_GRAPH_BATCHES = (1, 2, 4)
-GRAPH_BATCH_STEP = 8
 LOGITS_BYTES = 4  # a graph returns float32 logits
-# Every stream that runs a matmul keeps a cuBLAS workspace for good. `DecodeGraphs.capture` warms each batch
-# size up on a stream of its own and captures on torch.cuda.graph's capture stream.
-WARM_UP_STREAMS_PER_GRAPH = 1
-CAPTURE_STREAMS = 1
+# Every stream that runs a matmul keeps a cuBLAS workspace for good. `DecodeGraphs.capture` warms every batch
+# size up on one side stream and captures on torch.cuda.graph's capture stream.
+CAPTURE_STREAMS = 2
 
 
 def cuda_forward_bytes(model: ModelConfig, dtype: str, tokens: int, longest_prompt: int, attention_backend: str) -> int:
@@ -56,17 +53,6 @@ def cuda_forward_bytes(model: ModelConfig, dtype: str, tokens: int, longest_prom
     return CUDA_RESIDUAL_COPIES * tokens * model.hidden_size * element + max(mlp, attention)
 
 
-def decode_graph_batch_sizes(max_batch: int) -> tuple[int, ...]:
-    """The decode batch sizes captured as CUDA graphs for a largest batch of `max_batch` (0: none)."""
-    if max_batch <= 0:
-        return ()
-    sizes = [size for size in SMALL_GRAPH_BATCHES if size < max_batch]
-    sizes += range(GRAPH_BATCH_STEP, max_batch + 1, GRAPH_BATCH_STEP)
-    if not sizes or sizes[-1] != max_batch:
-        sizes.append(max_batch)
-    return tuple(sizes)
-
-
 def graph_max_batch(config: EngineConfig) -> int:
     """The largest captured decode batch: no graph is needed beyond the running batch limit."""
     return min(config.cuda_graph_max_batch, config.max_running_requests)
@@ -76,7 +62,7 @@ def cuda_graph_pool_bytes(model: ModelConfig, config: EngineConfig) -> int:
     """What capturing the decode graphs reserves: the logits every graph keeps, the largest batch's transients
     (the larger of its forward pass and its logits in the model's dtype before the cast), and the cuBLAS
     workspaces of the warm-up and capture streams."""
-    sizes = decode_graph_batch_sizes(graph_max_batch(config))
+    sizes = graph_batch_sizes(graph_max_batch(config))
     if not sizes:
         return 0
     largest = sizes[-1]
@@ -85,8 +71,7 @@ def cuda_graph_pool_bytes(model: ModelConfig, config: EngineConfig) -> int:
     forward = cuda_forward_bytes(model, config.dtype, largest, 1, config.attention_backend)
     narrow_logits = largest * (model.vocab_size + model.hidden_size) * element if element < LOGITS_BYTES else 0
     pool = _round_up(kept_logits + max(forward, narrow_logits), LARGE_ROUNDING_BYTES) + SMALL_SEGMENT_BYTES
-    streams = WARM_UP_STREAMS_PER_GRAPH * len(sizes) + CAPTURE_STREAMS
-    return pool + streams * CUBLAS_WORKSPACE_BYTES
+    return pool + CAPTURE_STREAMS * CUBLAS_WORKSPACE_BYTES
 
 
 def allocator_slack_bytes(model: ModelConfig, weight_bytes: int) -> int:

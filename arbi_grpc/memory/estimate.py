@@ -20,13 +20,13 @@ from arbi_grpc.memory.budget import (
     kv_cache_component,
     weights_component,
 )
+from arbi_grpc.engine.graph_batches import graph_batch_sizes
 from arbi_grpc.memory.cuda_estimate import (
     CUBLAS_WORKSPACE_BYTES,
     FUSION_FRAGMENTATION_FRACTION,
     allocator_slack_bytes,
     cuda_forward_bytes,
     cuda_graph_pool_bytes,
-    decode_graph_batch_sizes,
     graph_max_batch,
     rope_table_bytes,
 )
@@ -118,7 +118,7 @@ def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPla
         ),
     ]
     if config.device == "cuda":
-        graph_batches = decode_graph_batch_sizes(graph_max_batch(config))
+        graph_batches = graph_batch_sizes(graph_max_batch(config))
         components += [
             cuda_graphs_component(
                 cuda_graph_pool_bytes(model, config),

@@ -20,14 +20,15 @@ from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
-from arbi_grpc.serving import assemble_engine
+from arbi_grpc.serving import assemble_engine, build_runner
 
 
 def _engine(model: CausalLM, config: ModelConfig, engine_config: EngineConfig):
     backend = model.model.layers[0].self_attn.backend
     kv_cache = build_kv_cache(engine_config, config, num_blocks=256)
-    engine = assemble_engine(model, config, kv_cache, synthetic_tokenizer(config.vocab_size), engine_config,
-                             engine_config.max_model_len, backend)
+    runner, _ = build_runner(model, kv_cache, engine_config, engine_config.max_model_len, backend)
+    engine = assemble_engine(runner, config, synthetic_tokenizer(config.vocab_size), engine_config,
+                             engine_config.max_model_len)
     engine.start()
     return engine
 
@@ -108,8 +109,8 @@ def test_real_smollm2_greedy_text_equals_the_cpu_path(smollm2_dir) -> None:
         model, config = load_model(smollm2_dir, dtype=TORCH_DTYPES[dtype], device=device,
                                    attention_backend=select_attention_backend(engine_config))
         kv_cache = build_kv_cache(engine_config, config, num_blocks=256)
-        engine = assemble_engine(model, config, kv_cache, tokenizer, engine_config, 1024,
-                                 model.model.layers[0].self_attn.backend)
+        runner, _ = build_runner(model, kv_cache, engine_config, 1024, model.model.layers[0].self_attn.backend)
+        engine = assemble_engine(runner, config, tokenizer, engine_config, 1024)
         engine.start()
         try:
             outputs[name] = [r.token_ids for r in generate(engine, _requests(prompts, 32))]

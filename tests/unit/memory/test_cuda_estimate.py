@@ -8,12 +8,11 @@ import dataclasses
 import pytest
 
 from arbi_grpc.config import EngineConfig
-from arbi_grpc.engine.cuda_graphs import graph_batch_sizes
+from arbi_grpc.engine.graph_batches import graph_batch_sizes
 from arbi_grpc.memory.budget import MemoryLimit
 from arbi_grpc.memory.cuda_estimate import (
     cuda_forward_bytes,
     cuda_graph_pool_bytes,
-    decode_graph_batch_sizes,
     graph_max_batch,
 )
 from arbi_grpc.memory.estimate import estimate_budget
@@ -25,10 +24,15 @@ LIMIT = MemoryLimit(1 << 40, "test")
 CUDA_COMPONENTS = ("weights", "kv_cache", "codec_scratch", "activations", "cuda_graphs", "allocator_overhead")
 
 
-def test_graph_batch_sizes_are_the_runners() -> None:
+def test_graph_batch_sizes() -> None:
+    assert graph_batch_sizes(0) == ()
+    assert graph_batch_sizes(1) == (1,)
+    assert graph_batch_sizes(6) == (1, 2, 4, 6)
+    assert graph_batch_sizes(20) == (1, 2, 4, 8, 16, 20)
     for max_batch in range(1, 300):
-        assert decode_graph_batch_sizes(max_batch) == graph_batch_sizes(max_batch), max_batch
-    assert decode_graph_batch_sizes(0) == ()
+        sizes = graph_batch_sizes(max_batch)
+        assert sizes[-1] == max_batch and list(sizes) == sorted(set(sizes)), max_batch
+        assert all(b - a <= 8 for a, b in zip(sizes, sizes[1:])), max_batch
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -51,7 +55,7 @@ def test_graph_pool_follows_the_captured_batches() -> None:
              for batch in (1, 8, 64, 256)]
     assert pools == sorted(pools) and len(set(pools)) == 4
     # Every captured graph keeps its float32 logits: 1 + 2 + 4 + 8 + 16 + ... + 256 rows for batches up to 256.
-    assert pools[-1] >= sum(decode_graph_batch_sizes(256)) * model.vocab_size * 4
+    assert pools[-1] >= sum(graph_batch_sizes(256)) * model.vocab_size * 4
     capped = dataclasses.replace(config, cuda_graph_max_batch=256, max_running_requests=64)
     assert graph_max_batch(capped) == 64
     assert cuda_graph_pool_bytes(model, capped) == pools[2]
