@@ -6,12 +6,14 @@ See docs/tkv.md for the layout, the attention trick and the quality study.
 """
 
 from arbi_grpc.kv_codec.attention import rotated_space_attention, tkv_attention
+from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.calibrate import CALIBRATION_METHODS, calibrate_channels, calibrate_tkv, query_channel_weights
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
 from arbi_grpc.kv_codec.fingerprint import model_dir_fingerprint, model_fingerprint
 from arbi_grpc.kv_codec.hadamard import hadamard_matrix, hadamard_rotate, rotation_block_size
 from arbi_grpc.kv_codec.packing import pack_codes, packed_width, unpack_codes
+from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage, TkvPagedKVCache
 from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups, quantize_groups
 from arbi_grpc.kv_codec.spec import (
     SUPPORTED_BITS,
@@ -21,6 +23,7 @@ from arbi_grpc.kv_codec.spec import (
     sink_bytes_per_sequence,
     validate_bits,
 )
+from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 
 __all__ = [
     "CALIBRATION_METHODS",
@@ -29,7 +32,10 @@ __all__ = [
     "QuantizedGroups",
     "TkvCalibration",
     "TkvLayerCodec",
+    "TkvLayerStorage",
+    "TkvPagedKVCache",
     "TkvSpec",
+    "TkvTorchPagedAttention",
     "bytes_per_token",
     "calibrate_tkv",
     "calibrate_channels",
@@ -47,6 +53,8 @@ __all__ = [
     "rotation_block_size",
     "sink_bytes_per_sequence",
     "tkv_attention",
+    "transform_output",
+    "transform_queries",
     "unpack_codes",
     "validate_bits",
 ]
