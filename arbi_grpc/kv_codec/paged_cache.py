@@ -156,6 +156,15 @@ class TkvPagedKVCache:
         return self.bytes_per_block_for(self.calibration, self.block_size)
 
     @property
+    def transform_bytes(self) -> int:
+        """Bytes of the per-layer channel transforms on the device (outside the blocks: the codec's scratch)."""
+        return sum(
+            t.numel() * t.element_size()
+            for layer in self._layers
+            for t in (layer.key_channel_scale, layer.key_shift, layer.value_channel_scale, layer.value_shift)
+        )
+
+    @property
     def device(self) -> torch.device:
         return self._layers[0].key_codes.device
 

@@ -44,6 +44,7 @@ def test_bytes_per_block_counts_every_per_block_tensor():
     total = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
     assert total == cache.bytes_per_block * cache.num_blocks
     assert TkvPagedKVCache.bytes_per_block_for(calibration, 8) == cache.bytes_per_block
+    assert cache.transform_bytes == 3 * 4 * 2 * 32 * 4  # layers x (scale, shift of K and V) x [2, 32] fp32
 
 
 def test_bytes_per_token_matches_the_spec_formula_without_sinks():
