@@ -136,3 +136,18 @@ def test_admin_flush_empties_the_cache(stub, served_smollm2) -> None:
         admin.FlushPrefixCache(admin_pb.FlushPrefixCacheRequest())
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     channel.close()
+
+
+def test_prompt_logprobs_are_complete_when_the_prefix_is_cached(stub) -> None:
+    """A request for prompt log-probabilities needs every prompt position's logits, so a cached prefix must not
+    shorten them: the second, identical request gets the same full list."""
+    request = _request(_system_prompt(30), "What is 2 + 2?", max_output_tokens=1)
+    request.logprobs.include_prompt_logprobs = True
+    plain = _request(request.chat.messages[0].content, "What is 2 + 2?", max_output_tokens=1)
+    generate(stub, plain)  # caches the prompt's blocks
+    first, second = generate(stub, request), generate(stub, request)
+    prompt_count = first.last.usage.prompt_token_count
+    for completion in (first, second):
+        assert len(completion.responses[0].prompt_tokens) == prompt_count
+    assert [t.logprob for t in first.responses[0].prompt_tokens] == pytest.approx(
+        [t.logprob for t in second.responses[0].prompt_tokens], abs=1e-5)
