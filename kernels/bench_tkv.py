@@ -11,7 +11,6 @@ Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -26,6 +25,8 @@ from arbi_kernels import (
     reference,
     tkv_paged_decode_attention,
     tkv_paged_prefill_attention,
+    tkv_transform_output,
+    tkv_transform_queries,
     write_kv_cache,
     write_tkv_cache,
 )
@@ -38,7 +39,9 @@ from arbi_kernels.tkv_reference import (
 )
 from arbi_kernels.tkv_testing import (
     TkvShape,
+    assert_same_encoding,
     assert_tkv_close,
+    copy_pools,
     positions_of_slots,
     random_model_space_kv,
     random_tkv_layer,
@@ -118,9 +121,9 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: DecodeTiles = Decod
     def run() -> torch.Tensor:
         if not with_transforms:
             return tkv_paged_decode_attention(*arguments, **options)
-        transformed = transform_queries(model_query, layer)
+        transformed = tkv_transform_queries(model_query, layer)
         accumulated = tkv_paged_decode_attention(transformed, *arguments[1:], **options)
-        return transform_output(accumulated, layer, torch.bfloat16)
+        return tkv_transform_output(accumulated, layer, torch.bfloat16)
 
     def check() -> None:
         assert_tkv_close(tkv_paged_decode_attention(*arguments, **options),
@@ -153,12 +156,10 @@ def write_cases(num_tokens: int, shape: TkvShape, generator: torch.Generator) ->
         assert all(torch.equal(actual, wanted) for actual, wanted in zip(caches, expected))
 
     def check_tkv() -> None:
-        pools = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero",
-                 "value_sink")
-        expected = dataclasses.replace(layer, **{name: getattr(layer, name).clone() for name in pools})
+        expected = copy_pools(layer)
         write_tkv_cache(key, value, positions, slots, layer)
         write_tkv_cache_reference(key, value, positions, slots, expected)
-        assert all(torch.equal(getattr(layer, name), getattr(expected, name)) for name in pools)
+        assert_same_encoding(layer, expected)
 
     return [
         BenchCase(kernel="write bf16", shape=label, run=lambda: write_kv_cache(key, value, *caches, slots),
@@ -195,6 +196,29 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
     ]
 
 
+def transform_cases(num_tokens: int, generator: torch.Generator) -> list[BenchCase]:
+    """Both attention transforms of one layer: the torch reference's launches against the two kernels."""
+    shape = llama_tkv()
+    layer = random_tkv_layer(shape, 1, "cuda", generator)
+    query = torch.randn((num_tokens, shape.num_heads, shape.head_dim), generator=generator, device="cuda").bfloat16()
+    accumulated = torch.randn(query.shape, generator=generator, device="cuda")
+    label = f"T={num_tokens} Hq={shape.num_heads} D={shape.head_dim}"
+    moved = query.numel() * (BF16_BYTES + 4) + accumulated.numel() * (4 + BF16_BYTES)
+
+    def check() -> None:
+        assert torch.equal(tkv_transform_queries(query, layer), transform_queries(query, layer))
+        assert torch.equal(tkv_transform_output(accumulated, layer, torch.bfloat16),
+                           transform_output(accumulated, layer, torch.bfloat16))
+
+    return [
+        BenchCase(kernel="transforms torch", shape=label, check=check, bytes_moved=moved,
+                  run=lambda: (transform_queries(query, layer), transform_output(accumulated, layer, torch.bfloat16))),
+        BenchCase(kernel="transforms triton", shape=label, check=check, bytes_moved=moved,
+                  run=lambda: (tkv_transform_queries(query, layer),
+                               tkv_transform_output(accumulated, layer, torch.bfloat16))),
+    ]
+
+
 def llama_tkv(key_bits: int = 4, value_bits: int = 4) -> TkvShape:
     return TkvShape(LLAMA.num_heads, LLAMA.num_kv_heads, LLAMA.head_dim, LLAMA.page_size, key_bits, value_bits,
                     group_size=32, sink_tokens=1)
@@ -226,6 +250,7 @@ def other_cases(generator: torch.Generator) -> list[BenchCase]:
     for key_bits, value_bits in bench_bits:
         shape = llama_tkv(key_bits, value_bits)
         cases.append(tkv_decode_case(build(shape, [1] * 8, [32768] * 8, generator), shape))
+    cases += transform_cases(32, generator) + transform_cases(8192, generator)
     cases += write_cases(32768, llama_tkv(), generator)
     cases += prefill_cases(llama_tkv(), [2048] * 4, generator)
     return cases

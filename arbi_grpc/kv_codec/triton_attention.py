@@ -1,6 +1,7 @@
 """The TKV attention backend on the Triton kernels: quantize this step's K/V into their slots (write_tkv_cache),
 transform the queries into the key code space, attend with the fused-dequantization decode or prefill kernel,
-and bring the output back from the value code space (attention_transforms, shared with the torch backend).
+and bring the output back from the value code space. The two transforms are one kernel launch each
+(arbi_kernels.tkv_transforms), tested bit for bit against attention_transforms, the torch backend's.
 
 It never reads a device value on the host: token positions (which the sink pool needs) are derived on the
 device from the metadata, and the decode split is sized from `metadata.max_seq_len`, so a decode step can run
@@ -15,7 +16,6 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 
@@ -57,12 +57,14 @@ class TkvTritonPagedAttention:
         from arbi_kernels import (
             tkv_paged_decode_attention,
             tkv_paged_prefill_attention,
+            tkv_transform_output,
+            tkv_transform_queries,
             write_tkv_cache,
         )
 
         storage = kv_cache.layer(layer_index)
         write_tkv_cache(key, value, new_token_positions(metadata), metadata.slot_mapping, storage)
-        transformed = transform_queries(query, storage)  # q': [T, Hq, D] fp32
+        transformed = tkv_transform_queries(query, storage)  # q': [T, Hq, D] fp32
         softmax_scale = query.shape[-1] ** -0.5
         if metadata.is_decode_only:
             accumulated = tkv_paged_decode_attention(
@@ -74,4 +76,4 @@ class TkvTritonPagedAttention:
                 transformed, storage, metadata.block_tables, metadata.query_start_loc, metadata.seq_lens,
                 softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
             )
-        return transform_output(accumulated, storage, query.dtype)
+        return tkv_transform_output(accumulated, storage, query.dtype)

@@ -11,6 +11,7 @@ from arbi_kernels.norm import rms_norm
 from arbi_kernels.rotary import apply_rotary_embedding, build_rotary_cache
 from arbi_kernels.tkv_decode_attention import tkv_paged_decode_attention
 from arbi_kernels.tkv_prefill_attention import tkv_paged_prefill_attention
+from arbi_kernels.tkv_transforms import tkv_transform_output, tkv_transform_queries
 from arbi_kernels.tkv_write import write_tkv_cache
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "silu_and_mul",
     "tkv_paged_decode_attention",
     "tkv_paged_prefill_attention",
+    "tkv_transform_output",
+    "tkv_transform_queries",
     "write_kv_cache",
     "write_tkv_cache",
 ]

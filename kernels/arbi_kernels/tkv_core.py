@@ -120,6 +120,18 @@ def sink_tile_size(sink_tokens: int) -> int:
 
 
 @triton.jit
+def hadamard_rows(x, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr):
+    """Normalized Walsh-Hadamard transform of each row of x [ROWS, D] (D a power of two), in float32: a log2(D)
+    butterfly with the same additions in the same order as arbi_grpc.kv_codec.hadamard_rotate, so bit for bit."""
+    for stage in tl.static_range(LOG2_HEAD_DIM):
+        pairs = tl.reshape(x, [ROWS * HEAD_DIM // (2 << stage), 2, 1 << stage])  # [.., 2, half] (half = 2^stage)
+        pairs = tl.permute(pairs, (0, 2, 1))  # [.., half, 2]
+        low, high = tl.split(pairs)
+        x = tl.reshape(tl.permute(tl.join(low + high, low - high), (0, 2, 1)), [ROWS, HEAD_DIM])
+    return x * (HEAD_DIM**-0.5)
+
+
+@triton.jit
 def paged_slots(block_table_row, tokens, token_valid, PAGE_SIZE: tl.constexpr):
     """Flat cache slot (block_id * PAGE_SIZE + offset) of each position of one sequence: [N] int64."""
     block_ids = tl.load(block_table_row + tokens // PAGE_SIZE, mask=token_valid, other=0).to(tl.int64)

@@ -1,11 +1,10 @@
 """TKV write by slot: encode this step's model-space K and V into the paged code pools (quantize on write).
 
-Per head vector, exactly as arbi_grpc.kv_codec encodes it: Hadamard rotation (a log2(D) butterfly in float32,
-the same additions in the same order as the torch reference), the calibrated channel transform (y - m) * s,
-then per group of G channels an fp16 zero rounded down from the minimum, an fp16 step rounded up from
-(max - zero) / (2^bits - 1) and raised to at least SMALLEST_STEP, codes round((z - zero) / step) half to even,
-densely packed. Positions below `sink_tokens` also store z itself (fp16) in the sink pool. One program encodes
-BLOCK_T tokens of one kv head; a negative slot (padding) is skipped.
+Per head vector, exactly as arbi_grpc.kv_codec encodes it: Hadamard rotation (tkv_core.hadamard_rows), the
+calibrated channel transform (y - m) * s, then per group of G channels an fp16 zero rounded down from the
+minimum, an fp16 step rounded up from (max - zero) / (2^bits - 1) and raised to at least SMALLEST_STEP, codes
+round((z - zero) / step) half to even, densely packed. Positions below `sink_tokens` also store z itself (fp16)
+in the sink pool. One program encodes BLOCK_T tokens of one kv head; a negative slot (padding) is skipped.
 """
 
 from __future__ import annotations
@@ -20,22 +19,18 @@ from arbi_kernels.checks import (
     require_shape,
     require_unit_last_stride,
 )
-from arbi_kernels.tkv_core import TkvLayerTensors, code_words, validate_tkv_layer
+from arbi_kernels.tkv_core import (
+    TkvLayerTensors,
+    code_words,
+    hadamard_rows,
+    validate_tkv_layer,
+)
 
 SMALLEST_STEP = tl.constexpr(2.0**-14)
 """Smallest fp16 normal: the floor of a group's step (arbi_grpc.kv_codec.quantize.SMALLEST_STEP)."""
+REFIT_ROUNDS = tl.constexpr(2)
+"""Least-squares refits of each group's (zero, scale) after the min/max start (arbi_grpc.kv_codec.quantize)."""
 TOKENS_PER_PROGRAM = 16
-
-
-@triton.jit
-def _hadamard_rows(x, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr):
-    """Normalized Walsh-Hadamard transform of each row of x [ROWS, D] (D a power of two), in float32."""
-    for stage in tl.static_range(LOG2_HEAD_DIM):
-        pairs = tl.reshape(x, [ROWS * HEAD_DIM // (2 << stage), 2, 1 << stage])  # [.., 2, half] (half = 2^stage)
-        pairs = tl.permute(pairs, (0, 2, 1))  # [.., half, 2]
-        low, high = tl.split(pairs)
-        x = tl.reshape(tl.permute(tl.join(low + high, low - high), (0, 2, 1)), [ROWS, HEAD_DIM])
-    return x * (HEAD_DIM**-0.5)
 
 
 @triton.jit
@@ -62,6 +57,58 @@ def _round_half_even(x):
 
 
 @triton.jit
+def _group_metadata(zero, step):
+    """fp16 (zero rounded down, step raised to SMALLEST_STEP and rounded up) from float32 [..., D/G] values."""
+    return _round_fp16(zero, False), _round_fp16(tl.maximum(step, SMALLEST_STEP), True)
+
+
+@triton.jit
+def _group_codes(groups, zero, scale, TOP_CODE: tl.constexpr):
+    """float32 codes [..., D/G, G] of groups under fp16 (zero, scale) [..., D/G]."""
+    codes = _round_half_even(tl.math.div_rn(groups - zero.to(tl.float32)[:, :, None],
+                                            scale.to(tl.float32)[:, :, None]))
+    return tl.minimum(tl.maximum(codes, 0.0), TOP_CODE)
+
+
+@triton.jit
+def _squared_error(groups, codes, zero, scale):
+    decoded = zero.to(tl.float32)[:, :, None] + codes * scale.to(tl.float32)[:, :, None]
+    return tl.sum((decoded - groups) * (decoded - groups), axis=2)  # [..., D/G]
+
+
+@triton.jit
+def _quantize_groups(groups, BITS: tl.constexpr, GROUP: tl.constexpr):
+    """arbi_grpc.kv_codec.quantize_groups on groups [T, D/G, G]: (zero, scale) fp16 [T, D/G], codes float32.
+
+    Min/max start, then REFIT_ROUNDS least-squares refits, each kept only where it lowers the group's squared
+    error. The sums run in another order than torch's, so a near-tie may resolve the other way: either
+    encoding is as good (docs/kernels.md)."""
+    top_code: tl.constexpr = (1 << BITS) - 1
+    low = tl.min(groups, axis=2)
+    zero, scale = _group_metadata(low, tl.math.div_rn(tl.max(groups, axis=2) - _round_fp16(low, False).to(tl.float32),
+                                                      tl.full([1], top_code, tl.float32)))
+    codes = _group_codes(groups, zero, scale, top_code)
+    error = _squared_error(groups, codes, zero, scale)
+    value_sum = tl.sum(groups, axis=2)
+    for _ in tl.static_range(REFIT_ROUNDS):
+        code_sum = tl.sum(codes, axis=2)
+        det = GROUP * tl.sum(codes * codes, axis=2) - code_sum * code_sum
+        solvable = det > 0
+        step = tl.math.div_rn(GROUP * tl.sum(codes * groups, axis=2) - code_sum * value_sum, tl.where(solvable, det, 1.0))
+        step = tl.where(solvable, tl.maximum(step, SMALLEST_STEP), scale.to(tl.float32))
+        line_zero = tl.where(solvable, tl.math.div_rn(value_sum - step * code_sum, tl.full([1], GROUP, tl.float32)),
+                             zero.to(tl.float32))
+        new_zero, new_scale = _group_metadata(line_zero, step)
+        new_codes = _group_codes(groups, new_zero, new_scale, top_code)
+        new_error = _squared_error(groups, new_codes, new_zero, new_scale)
+        better = new_error < error
+        zero, scale = tl.where(better, new_zero, zero), tl.where(better, new_scale, scale)
+        codes = tl.where(better[:, :, None], new_codes, codes)
+        error = tl.where(better, new_error, error)
+    return zero, scale, codes
+
+
+@triton.jit
 def _encode_head_vectors(
     x_ptr, stride_token, kv_head, stride_head, tokens, keep, slots, positions, num_kv_heads,
     channel_scale_ptr, shift_ptr, codes_ptr, scale_ptr, zero_ptr, sink_ptr,
@@ -72,19 +119,14 @@ def _encode_head_vectors(
     x = tl.load(x_ptr + tokens.to(tl.int64)[:, None] * stride_token + kv_head * stride_head + dims[None, :],
                 mask=keep[:, None], other=0.0).to(tl.float32)  # [BLOCK_T, D]
     if ROTATE:
-        x = _hadamard_rows(x, BLOCK_T, HEAD_DIM, LOG2_HEAD_DIM)
+        x = hadamard_rows(x, BLOCK_T, HEAD_DIM, LOG2_HEAD_DIM)
     shift = tl.load(shift_ptr + kv_head * HEAD_DIM + dims)
     channel_scale = tl.load(channel_scale_ptr + kv_head * HEAD_DIM + dims)
     z = (x - shift[None, :]) * channel_scale[None, :]  # the code space
 
-    top_code: tl.constexpr = (1 << BITS) - 1
     groups = tl.reshape(z, [BLOCK_T, HEAD_DIM // GROUP, GROUP])
-    zero = _round_fp16(tl.min(groups, axis=2), False)  # [BLOCK_T, D/G] fp16
-    step = tl.math.div_rn(tl.max(groups, axis=2) - zero.to(tl.float32), tl.full([1], top_code, tl.float32))
-    scale = _round_fp16(tl.maximum(step, SMALLEST_STEP), True)
-    codes = _round_half_even(tl.math.div_rn(groups - zero.to(tl.float32)[:, :, None],
-                                            scale.to(tl.float32)[:, :, None]))
-    codes = tl.minimum(tl.maximum(codes, 0.0), top_code).to(tl.int32)  # [BLOCK_T, D/G, G]
+    zero, scale, codes = _quantize_groups(groups, BITS, GROUP)
+    codes = codes.to(tl.int32)  # [BLOCK_T, D/G, G]
 
     vectors = slots * num_kv_heads + kv_head  # [BLOCK_T] int64
     group_index = tl.arange(0, HEAD_DIM // GROUP)
@@ -179,5 +221,5 @@ def write_tkv_cache(
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, HEAD_DIM=head_dim, GROUP=layer.group_size,
         PAGE_SIZE=page_size, SINK_TOKENS=layer.sink_tokens, ROTATE=bool(layer.rotate),
         LOG2_HEAD_DIM=head_dim.bit_length() - 1, BLOCK_T=TOKENS_PER_PROGRAM,
-        num_warps=4,
+        num_warps=8, enable_fp_fusion=False,  # 8 warps: no spills at D=128 on sm_90; no FMA: torch's roundings
     )

@@ -1,16 +1,17 @@
-"""TKV kernels compiled, at serving shapes: the write bit for bit against the codec on the GPU, decode and prefill
-against the torch reference with head dims 64/128, GQA 1/4/8, pages 16/32, every bit width (K and V different),
-contexts up to 32k, decode replayed in a CUDA graph, and the TKV Triton backend against the torch TKV backend."""
+"""TKV kernels compiled, at serving shapes: the write against the codec on the GPU (tkv_testing.assert_same_encoding),
+the query/output transforms bit for bit, decode and prefill against the torch reference with head dims 64/128,
+GQA 1/4/8, pages 16/32, every bit width (K and V different), contexts up to 32k, decode replayed in a CUDA graph,
+and the TKV Triton backend against the torch TKV backend."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 import torch
 from arbi_kernels import (
     tkv_paged_decode_attention,
     tkv_paged_prefill_attention,
+    tkv_transform_output,
+    tkv_transform_queries,
     write_tkv_cache,
 )
 from arbi_kernels.tkv_reference import (
@@ -21,7 +22,9 @@ from arbi_kernels.tkv_reference import (
 from arbi_kernels.tkv_testing import (
     TkvBatch,
     TkvShape,
+    assert_same_encoding,
     assert_tkv_close,
+    copy_pools,
     positions_of_slots,
     random_model_space_kv,
     random_tkv_batch,
@@ -29,6 +32,7 @@ from arbi_kernels.tkv_testing import (
 )
 
 from arbi_grpc.kv_codec import TkvCalibration
+from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention
@@ -39,7 +43,6 @@ BIT_PAIRS = [(4, 4), (2, 3), (3, 5), (5, 6), (6, 8), (8, 2)]
 # (head_dim, GQA group, page size, key bits, value bits): every head dim, group, page and width appears.
 LAYOUTS = [(64, 1, 16, 4, 4), (64, 4, 32, 2, 3), (64, 8, 16, 3, 5), (128, 1, 32, 5, 6), (128, 4, 16, 6, 8),
            (128, 8, 32, 8, 2), (128, 4, 16, 4, 4)]
-POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")
 
 
 def _decode(batch: TkvBatch, **kwargs) -> None:
@@ -59,12 +62,12 @@ def _prefill(batch: TkvBatch) -> None:
     ("key_bits", "value_bits", "head_dim", "page_size"),
     [(*bits, 64 if index % 2 else 128, 16 if index % 3 else 32) for index, bits in enumerate(BIT_PAIRS)],
 )
-def test_write_matches_codec_bit_for_bit(key_bits, value_bits, head_dim, page_size, device, generator):
+def test_write_matches_the_codec(key_bits, value_bits, head_dim, page_size, device, generator):
     num_tokens = 4096
     shape = TkvShape(NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits, 32, sink_tokens=4)
     num_blocks = num_tokens // page_size + 8
     layer = random_tkv_layer(shape, num_blocks, device, generator)
-    expected = dataclasses.replace(layer, **{name: getattr(layer, name).clone() for name in POOLS})
+    expected = copy_pools(layer)
     slots = torch.randperm(num_blocks * page_size, generator=generator, device=device)[:num_tokens]
     slots[:7] = -1
     positions = positions_of_slots(slots, page_size, generator)
@@ -72,9 +75,18 @@ def test_write_matches_codec_bit_for_bit(key_bits, value_bits, head_dim, page_si
     key, value = key.to(torch.bfloat16), value.to(torch.bfloat16)
     write_tkv_cache(key, value, positions, slots, layer)
     write_tkv_cache_reference(key, value, positions, slots, expected)
-    for name in POOLS:
-        mismatches = int((getattr(layer, name) != getattr(expected, name)).sum())
-        assert mismatches == 0, f"{name}: {mismatches} elements differ from the codec"
+    assert_same_encoding(layer, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_transforms_match_torch_bit_for_bit(head_dim, dtype, device, generator):
+    shape = TkvShape(32, 8, head_dim, 16, 4, 4)
+    layer = random_tkv_layer(shape, 1, device, generator)
+    query = torch.randn((300, 32, head_dim), generator=generator, device=device).to(dtype)
+    assert torch.equal(tkv_transform_queries(query, layer), transform_queries(query, layer))
+    accumulated = torch.randn((300, 32, head_dim), generator=generator, device=device)
+    assert torch.equal(tkv_transform_output(accumulated, layer, dtype), transform_output(accumulated, layer, dtype))
 
 
 @pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)

@@ -1,9 +1,10 @@
-"""TkvTritonPagedAttention against TkvTorchPagedAttention, step by step on two TkvPagedKVCaches: the same pools
+"""TkvTritonPagedAttention against TkvTorchPagedAttention, step by step on two TkvPagedKVCaches: the same encoding
 after every write, the same attention output for prefill chunks, mixed steps and pure decode steps."""
 
 from __future__ import annotations
 
 import torch
+from arbi_kernels.tkv_testing import assert_same_encoding
 
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
@@ -54,6 +55,4 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
             outputs = [backend.forward(layer, query, key, value, metadata, cache)
                        for backend, cache in zip(backends, caches)]
             torch.testing.assert_close(outputs[0], outputs[1], atol=1e-4, rtol=1e-4)
-            for pools in zip(caches[0].key_caches + caches[0].value_caches,
-                             caches[1].key_caches + caches[1].value_caches):
-                assert torch.equal(*pools)
+            assert_same_encoding(caches[0].layer(layer), caches[1].layer(layer))

@@ -1,4 +1,4 @@
-"""TKV write by slot against arbi_grpc.kv_codec: every code, scale, zero and sink entry bit for bit."""
+"""TKV write by slot against arbi_grpc.kv_codec: codes, scales, zeros and sink entries (tkv_testing.assert_same_encoding)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,18 @@ from arbi_kernels import write_tkv_cache
 from arbi_kernels.tkv_reference import write_tkv_cache_reference
 from arbi_kernels.tkv_testing import (
     TkvShape,
+    assert_same_encoding,
+    copy_pools,
     positions_of_slots,
     random_model_space_kv,
     random_tkv_layer,
 )
 
-POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")
-
-
-def _copy(layer):
-    return dataclasses.replace(layer, **{name: getattr(layer, name).clone() for name in POOLS})
-
 
 def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, generator):
     num_blocks = num_tokens // shape.page_size + 3
     layer = random_tkv_layer(shape, num_blocks, device, generator)
-    expected = _copy(layer)
+    expected = copy_pools(layer)
     slots = torch.randperm(num_blocks * shape.page_size, generator=generator)[:num_tokens]
     slots[torch.randint(0, num_tokens, (2,), generator=generator)] = -1  # padding tokens
     slots = slots.to(device)
@@ -48,27 +44,24 @@ def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, ge
         (5, 6, 16, 8, 1, True, torch.float16),
     ],
 )
-def test_matches_codec_bit_for_bit(key_bits, value_bits, head_dim, group_size, sink_tokens, rotate, dtype, device,
+def test_matches_the_codec(key_bits, value_bits, head_dim, group_size, sink_tokens, rotate, dtype, device,
                                    generator):
     shape = TkvShape(4, 2, head_dim, 16, key_bits, value_bits, group_size, sink_tokens, rotate)
-    layer, expected = _write_both(shape, 37, dtype, device, generator)
-    for name in POOLS:
-        assert torch.equal(getattr(layer, name), getattr(expected, name)), name
+    assert_same_encoding(*_write_both(shape, 37, dtype, device, generator))
 
 
 def test_strided_key_and_value_views(device, generator):
     """K and V sliced out of a fused QKV projection are read through their strides."""
     shape = TkvShape(4, 2, 64, 16, 4, 3)
     layer = random_tkv_layer(shape, 4, device, generator)
-    expected = _copy(layer)
+    expected = copy_pools(layer)
     fused = torch.randn((20, 8, 64), generator=generator).to(device)
     key, value = fused[:, 4:6], fused[:, 6:8]
     positions = torch.arange(20, device=device)
     slots = torch.arange(20, device=device) + 16
     write_tkv_cache(key, value, positions, slots, layer)
     write_tkv_cache_reference(key, value, positions, slots, expected)
-    for name in POOLS:
-        assert torch.equal(getattr(layer, name), getattr(expected, name)), name
+    assert_same_encoding(layer, expected)
 
 
 def test_only_positions_below_sink_tokens_touch_the_sink_pool(device, generator):
