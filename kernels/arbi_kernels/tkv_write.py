@@ -1,10 +1,13 @@
 """TKV write by slot: encode this step's model-space K and V into the paged code pools (quantize on write).
 
-Per head vector, exactly as arbi_grpc.kv_codec encodes it: Hadamard rotation (tkv_core.hadamard_rows), the
-calibrated channel transform (y - m) * s, then per group of G channels an fp16 zero rounded down from the
-minimum, an fp16 step rounded up from (max - zero) / (2^bits - 1) and raised to at least SMALLEST_STEP, codes
-round((z - zero) / step) half to even, densely packed. Positions below `sink_tokens` also store z itself (fp16)
-in the sink pool. One program encodes BLOCK_T tokens of one kv head; a negative slot (padding) is skipped.
+Per head vector, as arbi_grpc.kv_codec encodes it: Hadamard rotation (tkv_core.hadamard_rows), the calibrated
+channel transform (y - m) * s, then per group of G channels the codec's quantize_groups: an fp16 zero rounded
+down from the minimum and an fp16 step rounded up from (max - zero) / (2^bits - 1) (at least SMALLEST_STEP),
+codes round((z - zero) / step) half to even, then REFIT_ROUNDS least-squares refits kept where they lower the
+group's squared error; codes densely packed. Every rounding is torch's (IEEE division, no FMA contraction);
+only the order of the refit's sums differs, so a near-tie can rarely pick the other, equally good, encoding.
+Positions below `sink_tokens` also store z itself (fp16) in the sink pool. One program encodes BLOCK_T tokens
+of one kv head; a negative slot (padding) is skipped.
 """
 
 from __future__ import annotations
