@@ -3,7 +3,7 @@ change to the codec shows up as a kernel mismatch. Float32, slow, obvious.
 
 The attention references read the same paged pools as the kernels: a context position p < sink_tokens comes
 from the sink pool, every other one is decoded from its codes; queries are already in the key code space (q')
-and outputs stay in the value code space (acc), as the kernels' contract says (docs/kernels.md).
+and outputs stay in the value code space (acc), as the kernels' contract says (docs/tkv.md, "Engine integration").
 """
 
 from __future__ import annotations

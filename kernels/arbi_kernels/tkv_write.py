@@ -85,7 +85,7 @@ def _quantize_groups(groups, BITS: tl.constexpr, GROUP: tl.constexpr):
 
     Min/max start, then REFIT_ROUNDS least-squares refits, each kept only where it lowers the group's squared
     error. The sums run in another order than torch's, so a near-tie may resolve the other way: either
-    encoding is as good (docs/kernels.md)."""
+    encoding is as good."""
     top_code: tl.constexpr = (1 << BITS) - 1
     low = tl.min(groups, axis=2)
     zero, scale = _group_metadata(low, tl.math.div_rn(tl.max(groups, axis=2) - _round_fp16(low, False).to(tl.float32),
