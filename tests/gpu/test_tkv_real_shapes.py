@@ -163,3 +163,45 @@ def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
                 backend.forward(layer, query, key, value, metadata, cache) for backend, cache in zip(backends, caches)
             )
             torch.testing.assert_close(triton_output, torch_output, atol=2e-2, rtol=2e-2)
+
+
+def test_triton_backend_decode_replays_in_a_cuda_graph(device, generator):
+    """A decode step of the backend (write, transforms, split-K decode) captured once with padding rows (slot -1,
+    seq_len 0) as the engine's graph runner pads, then replayed on new tokens: equal to eager steps."""
+    num_heads, num_kv_heads, head_dim, block_size, batch = 8, 2, 128, 16, 4
+    shape = (1, num_kv_heads, head_dim)
+    calibration = TkvCalibration(
+        model_fingerprint="tkvfp1:" + "0" * 32, group_size=32, rotate=True, layer_bits=((4, 3),),
+        key_scales=torch.exp(0.3 * torch.randn(shape)), value_scales=torch.exp(0.3 * torch.randn(shape)),
+        key_shifts=torch.randn(shape), value_shifts=0.2 * torch.randn(shape), sink_tokens=1,
+    )
+    cache = TkvPagedKVCache(calibration, num_blocks=4 * 64, block_size=block_size, device=device)
+    backend = TkvTritonPagedAttention()
+    tables = torch.arange(4 * 64, dtype=torch.int32, device=device).view(4, 64)
+    slots = torch.full((batch,), -1, dtype=torch.int64, device=device)
+    seq_lens = torch.zeros(batch, dtype=torch.int32, device=device)
+    query = torch.zeros((batch, num_heads, head_dim), dtype=torch.bfloat16, device=device)
+    key = torch.zeros((batch, num_kv_heads, head_dim), dtype=torch.bfloat16, device=device)
+    value = torch.zeros_like(key)
+    metadata = AttentionMetadata(
+        slot_mapping=slots, query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device=device),
+        seq_lens=seq_lens, block_tables=tables, query_lens_host=(1,) * batch, seq_lens_host=(1,) * batch,
+        seq_len_bound=64 * block_size,
+    )
+    backend.forward(0, query, key, value, metadata, cache)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = backend.forward(0, query, key, value, metadata, cache)
+    lengths = [1, 700, 1023]  # the fourth row is padding
+    for step in range(2):
+        for tensor in (query, key, value):
+            tensor.copy_(torch.randn(tensor.shape, generator=generator, device=device))
+        current = [length + step for length in lengths]
+        seq_lens.copy_(torch.tensor([*current, 0], dtype=torch.int32))
+        positions = torch.tensor([length - 1 for length in current])
+        slots.copy_(torch.tensor([*(tables[row, p // block_size].item() * block_size + p % block_size
+                                    for row, p in enumerate(positions.tolist())), -1]))
+        graph.replay()
+        eager = backend.forward(0, query, key, value, metadata, cache)  # rewrites the same tokens, then attends
+        torch.testing.assert_close(output[:3], eager[:3], atol=0.0, rtol=0.0)
+        assert bool(torch.isfinite(output[3]).all())  # a padding row attends to nothing; the engine drops it
