@@ -1,0 +1,242 @@
+"""Skinny matmul for decode: out[M, N] = x[M, K] @ weight[N, K]^T (+ bias) for M <= 16 rows, bandwidth-bound.
+
+With so few rows the weight is read exactly once and the work is streaming it: each program reads a
+[BLOCK_N, K-range] slab of weight rows (K contiguous, so every load is a wide coalesced row segment), keeps
+the few x rows' matching segment in registers (x is tiny and stays in L2), and accumulates in float32.
+Two inner products: `use_dot` pads the rows to 16 and uses one tensor-core `tl.dot` per tile; otherwise a
+broadcast multiply and a sum over K on the CUDA cores, with BLOCK_M = the next power of two of M.
+When N / BLOCK_N programs cannot fill the GPU, `split_k` programs share a row block's K range; each writes a
+float32 partial and a second kernel sums them, adds the bias and rounds once. Tiles come from `TUNED_TILES`
+(filled from kernels/bench_skinny_matmul.py's sweep on the H200) or a fixed heuristic: never a runtime
+autotune, because decode runs inside CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from arbi_kernels.checks import (
+    FLOAT_DTYPES,
+    next_power_of_two,
+    require_dtype,
+    require_num_warps,
+    require_same_device,
+    require_same_dtype,
+    require_shape,
+    require_tile_size,
+    require_unit_last_stride,
+)
+
+MAX_ROWS = 16
+ROW_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16)
+DOT_BLOCK_M = 16  # tl.dot's smallest M on tensor cores: rows past M are masked padding
+PROGRAMS_PER_SM = 4  # the heuristic's target occupancy: enough row blocks or splits to hide DRAM latency
+MIN_ITERATIONS_PER_SPLIT = 4  # a split streams at least this many BLOCK_K tiles of each of its rows
+MAX_SPLIT_K = 16
+REDUCE_BLOCK_N = 1024
+
+
+@dataclass(frozen=True)
+class SkinnyTiles:
+    """One launch configuration. `split_k` is the number of K ranges (1: no partials, one kernel)."""
+
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+    use_dot: bool = False
+
+    def __post_init__(self) -> None:
+        require_tile_size("block_n", self.block_n, minimum=16 if self.use_dot else 1)
+        require_tile_size("block_k", self.block_k, minimum=16)
+        if not 1 <= self.split_k <= 256:
+            raise ValueError(f"split_k: must be in 1..256, got {self.split_k}")
+        require_num_warps(self.num_warps)
+        if not 1 <= self.num_stages <= 8:
+            raise ValueError(f"num_stages: must be in 1..8, got {self.num_stages}")
+
+    @property
+    def label(self) -> str:
+        kind = "dot" if self.use_dot else "fma"
+        return f"{kind} n{self.block_n} k{self.block_k} s{self.split_k} w{self.num_warps} st{self.num_stages}"
+
+
+# (row bucket, N, K) -> tiles, from the sweep in kernels/bench_skinny_matmul.py on one H200 (bf16). Shapes
+# not listed use `heuristic_tiles`.
+TUNED_TILES: dict[tuple[int, int, int], SkinnyTiles] = {}
+
+
+def row_bucket(num_rows: int) -> int:
+    """The smallest bucket in ROW_BUCKETS holding `num_rows` (1 <= num_rows <= MAX_ROWS)."""
+    return next(bucket for bucket in ROW_BUCKETS if bucket >= num_rows)
+
+
+def heuristic_tiles(num_rows: int, n: int, k: int, num_sms: int) -> SkinnyTiles:
+    """Tiles for an untuned shape: the widest row block that still gives PROGRAMS_PER_SM programs per SM,
+    then split K (powers of two, each split at least MIN_ITERATIONS_PER_SPLIT tiles long) if it does not."""
+    use_dot = num_rows > 4
+    block_k = 256
+    target_programs = PROGRAMS_PER_SM * num_sms
+    block_n = 16
+    for candidate in (64, 32):
+        if triton.cdiv(n, candidate) >= target_programs:
+            block_n = candidate
+            break
+    row_blocks = triton.cdiv(n, block_n)
+    split_k = 1
+    while (
+        row_blocks * split_k < target_programs
+        and split_k < MAX_SPLIT_K
+        and k // (2 * split_k * block_k) >= MIN_ITERATIONS_PER_SPLIT
+    ):
+        split_k *= 2
+    return SkinnyTiles(block_n=block_n, block_k=block_k, split_k=split_k, use_dot=use_dot)
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessor_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_skinny_tiles(num_rows: int, n: int, k: int, device: torch.device) -> SkinnyTiles:
+    """The tuned tiles for (row bucket, N, K) if the sweep measured that shape, else the heuristic's."""
+    tuned = TUNED_TILES.get((row_bucket(num_rows), n, k))
+    if tuned is not None:
+        return tuned
+    num_sms = _multiprocessor_count(device) if device.type == "cuda" else 132
+    return heuristic_tiles(num_rows, n, k, num_sms)
+
+
+@triton.jit
+def _skinny_matmul_kernel(
+    x_ptr, weight_ptr, bias_ptr, out_ptr,
+    num_rows, n, k, k_per_split,
+    stride_x, stride_weight, stride_out, stride_out_split,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
+):
+    """Program (row block, split): out rows [M, BLOCK_N] over K range [split * k_per_split, + k_per_split).
+
+    With WRITE_PARTIAL the float32 sum goes to out_ptr[split] (bias and rounding left to the reduce kernel).
+    """
+    block = tl.program_id(0)
+    split = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)
+    columns = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    offsets_k = tl.arange(0, BLOCK_K)
+    row_mask = rows < num_rows
+    column_mask = columns < n
+    k_begin = split * k_per_split
+    k_end = tl.minimum(k_begin + k_per_split, k)
+    x_ptrs = x_ptr + rows[:, None] * stride_x + (k_begin + offsets_k)[None, :]  # [BLOCK_M, BLOCK_K]
+    weight_ptrs = (
+        weight_ptr + columns[:, None].to(tl.int64) * stride_weight + (k_begin + offsets_k)[None, :]
+    )  # [BLOCK_N, BLOCK_K]
+    accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k_start in range(k_begin, k_end, BLOCK_K):
+        if EVEN_K:
+            x = tl.load(x_ptrs, mask=row_mask[:, None], other=0.0)
+            weight = tl.load(weight_ptrs, mask=column_mask[:, None], other=0.0)
+        else:
+            in_range = (k_start + offsets_k) < k_end
+            x = tl.load(x_ptrs, mask=row_mask[:, None] & in_range[None, :], other=0.0)
+            weight = tl.load(weight_ptrs, mask=column_mask[:, None] & in_range[None, :], other=0.0)
+        if USE_DOT:
+            accumulator = tl.dot(x, tl.trans(weight), accumulator, input_precision=DOT_PRECISION)
+        else:
+            products = x.to(tl.float32)[:, None, :] * weight.to(tl.float32)[None, :, :]  # [M, N, K]
+            accumulator += tl.sum(products, axis=2)
+        x_ptrs += BLOCK_K
+        weight_ptrs += BLOCK_K
+    out_ptrs = out_ptr + split * stride_out_split + rows[:, None] * stride_out + columns[None, :]
+    out_mask = row_mask[:, None] & column_mask[None, :]
+    if WRITE_PARTIAL:
+        tl.store(out_ptrs, accumulator, mask=out_mask)
+    else:
+        if HAS_BIAS:
+            accumulator += tl.load(bias_ptr + columns, mask=column_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptrs, accumulator.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _reduce_splits_kernel(
+    partial_ptr, bias_ptr, out_ptr, n, num_splits, stride_partial_split, stride_partial, stride_out,
+    BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    """Program (row, column block): out[row] = sum over splits of the float32 partials (+ bias), rounded once."""
+    row = tl.program_id(0)
+    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = columns < n
+    total = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for split in range(num_splits):
+        total += tl.load(partial_ptr + split * stride_partial_split + row * stride_partial + columns, mask=mask)
+    if HAS_BIAS:
+        total += tl.load(bias_ptr + columns, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + columns, total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _validate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    require_dtype("x", x, FLOAT_DTYPES)
+    require_shape("x", x, {"num_rows": None, "in_features": None})
+    require_unit_last_stride("x", x)
+    if x.shape[0] > MAX_ROWS:
+        raise NotImplementedError(
+            f"x: skinny_matmul handles at most {MAX_ROWS} rows, got {x.shape[0]}; larger batches go to F.linear"
+        )
+    require_shape("weight", weight, {"out_features": None, "in_features": x.shape[1]})
+    require_same_dtype("weight", weight, "x", x)
+    require_unit_last_stride("weight", weight)
+    tensors = {"x": x, "weight": weight}
+    if bias is not None:
+        require_shape("bias", bias, {"out_features": weight.shape[0]})
+        require_dtype("bias", bias, FLOAT_DTYPES)
+        require_unit_last_stride("bias", bias)
+        tensors["bias"] = bias
+    require_same_device(tensors)
+
+
+def skinny_matmul(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, tiles: SkinnyTiles | None = None
+) -> torch.Tensor:
+    """x [M, K] @ weight[N, K]^T (+ bias [N]) -> [M, N] in x's dtype, for M <= 16; float32 accumulation.
+
+    The nn.Linear layout: weight rows are output features. `tiles` overrides `choose_skinny_tiles` (for
+    the benchmark's sweep). No host synchronization, so calls can be captured in a CUDA graph.
+    """
+    _validate(x, weight, bias)
+    num_rows, k = x.shape
+    n = weight.shape[0]
+    out = torch.empty((num_rows, n), dtype=x.dtype, device=x.device)
+    if num_rows == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_() if bias is None else out.copy_(bias.expand_as(out))
+    tiles = tiles or choose_skinny_tiles(num_rows, n, k, x.device)
+    k_per_split = triton.cdiv(triton.cdiv(k, tiles.split_k), tiles.block_k) * tiles.block_k
+    num_splits = triton.cdiv(k, k_per_split)  # rounding k_per_split up to whole tiles may leave fewer splits
+    write_partial = num_splits > 1
+    target = torch.empty((num_splits, num_rows, n), dtype=torch.float32, device=x.device) if write_partial else out
+    bias_arg = weight if bias is None else bias  # never read without HAS_BIAS
+    _skinny_matmul_kernel[(triton.cdiv(n, tiles.block_n), num_splits)](
+        x, weight, bias_arg, target,
+        num_rows, n, k, k_per_split,
+        x.stride(0), weight.stride(0), target.stride(-2), target.stride(0) if write_partial else 0,
+        BLOCK_M=DOT_BLOCK_M if tiles.use_dot else next_power_of_two(num_rows),
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        USE_DOT=tiles.use_dot, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        EVEN_K=k % tiles.block_k == 0, HAS_BIAS=bias is not None, WRITE_PARTIAL=write_partial,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+    )
+    if write_partial:
+        _reduce_splits_kernel[(num_rows, triton.cdiv(n, REDUCE_BLOCK_N))](
+            target, bias_arg, out, n, num_splits, target.stride(0), target.stride(1), out.stride(0),
+            BLOCK_N=REDUCE_BLOCK_N, HAS_BIAS=bias is not None, num_warps=4,
+        )
+    return out
