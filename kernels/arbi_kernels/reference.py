@@ -127,3 +127,13 @@ def silu_and_mul_reference(gate_up: torch.Tensor) -> torch.Tensor:
     gate = gate_up[..., :intermediate].float()
     up = gate_up[..., intermediate:].float()
     return (torch.nn.functional.silu(gate) * up).to(gate_up.dtype)
+
+
+def skinny_matmul_reference(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x [M, K] @ weight[N, K]^T (+ bias [N]) in float32, rounded once to x's dtype."""
+    product = x.float() @ weight.float().T
+    if bias is not None:
+        product = product + bias.float()
+    return product.to(x.dtype)
