@@ -3,8 +3,9 @@
 With so few rows the weight is read exactly once and the work is streaming it: each program reads a
 [BLOCK_N, K-range] slab of weight rows (K contiguous, so every load is a wide coalesced row segment), keeps
 the few x rows' matching segment in registers (x is tiny and stays in L2), and accumulates in float32.
-Two inner products: `use_dot` pads the rows to 16 and uses one tensor-core `tl.dot` per tile; otherwise a
-broadcast multiply and a sum over K on the CUDA cores, with BLOCK_M = the next power of two of M.
+Two inner products: `use_dot` pads the rows to 16 and uses one tensor-core `tl.dot` per tile (its operand
+loads are software-pipelined over `num_stages`); otherwise each row's multiply and sum over K run on the CUDA
+cores, unrolled over BLOCK_M = the next power of two of M.
 When N / BLOCK_N programs cannot fill the GPU, `split_k` programs share a row block's K range; each writes a
 float32 partial and a second kernel sums them, adds the bias and rounds once. Tiles come from `TUNED_TILES`
 (filled from kernels/bench_skinny_matmul.py's sweep on the H200) or a fixed heuristic: never a runtime
@@ -114,6 +115,14 @@ def choose_skinny_tiles(num_rows: int, n: int, k: int, device: torch.device) -> 
 
 
 @triton.jit
+def _load_k_tile(ptrs, k_mask, EVEN_K: tl.constexpr):
+    """A tile of K-contiguous rows; past the end of K (only without EVEN_K) it reads zeros."""
+    if EVEN_K:
+        return tl.load(ptrs)
+    return tl.load(ptrs, mask=k_mask, other=0.0)
+
+
+@triton.jit
 def _skinny_matmul_kernel(
     x_ptr, weight_ptr, bias_ptr, out_ptr,
     num_rows, n, k, k_per_split,
@@ -131,37 +140,39 @@ def _skinny_matmul_kernel(
     rows = tl.arange(0, BLOCK_M)
     columns = block * BLOCK_N + tl.arange(0, BLOCK_N)
     offsets_k = tl.arange(0, BLOCK_K)
-    row_mask = rows < num_rows
-    column_mask = columns < n
     k_begin = split * k_per_split
     k_end = tl.minimum(k_begin + k_per_split, k)
-    x_ptrs = x_ptr + rows[:, None] * stride_x + (k_begin + offsets_k)[None, :]  # [BLOCK_M, BLOCK_K]
-    weight_ptrs = (
-        weight_ptr + columns[:, None].to(tl.int64) * stride_weight + (k_begin + offsets_k)[None, :]
-    )  # [BLOCK_N, BLOCK_K]
-    accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Rows past M and columns past N re-read the last valid one instead of masking, so with EVEN_K every
+    # load is unmasked and fully vectorized; their results are never stored.
+    row_offsets = tl.minimum(rows, num_rows - 1) * stride_x
+    column_offsets = tl.minimum(columns, n - 1).to(tl.int64) * stride_weight
+    x_ptrs = x_ptr + k_begin + offsets_k  # [BLOCK_K], row 0
+    weight_ptrs = weight_ptr + column_offsets[:, None] + (k_begin + offsets_k)[None, :]  # [BLOCK_N, BLOCK_K]
+    # The accumulator is [BLOCK_N, BLOCK_M] (out transposed): the CUDA-core path then adds each row's sum
+    # over K where the weight tile's layout already has it, with no layout conversion inside the loop.
+    accumulator = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k_start in range(k_begin, k_end, BLOCK_K):
-        if EVEN_K:
-            x = tl.load(x_ptrs, mask=row_mask[:, None], other=0.0)
-            weight = tl.load(weight_ptrs, mask=column_mask[:, None], other=0.0)
-        else:
-            in_range = (k_start + offsets_k) < k_end
-            x = tl.load(x_ptrs, mask=row_mask[:, None] & in_range[None, :], other=0.0)
-            weight = tl.load(weight_ptrs, mask=column_mask[:, None] & in_range[None, :], other=0.0)
+        k_mask = (k_start + offsets_k) < k_end
+        weight = _load_k_tile(weight_ptrs, k_mask, EVEN_K)
         if USE_DOT:
-            accumulator = tl.dot(x, tl.trans(weight), accumulator, input_precision=DOT_PRECISION)
+            x = _load_k_tile(x_ptrs[None, :] + row_offsets[:, None], k_mask, EVEN_K)  # [BLOCK_M, BLOCK_K]
+            accumulator = tl.dot(weight, tl.trans(x), accumulator, input_precision=DOT_PRECISION)
         else:
-            products = x.to(tl.float32)[:, None, :] * weight.to(tl.float32)[None, :, :]  # [M, N, K]
-            accumulator += tl.sum(products, axis=2)
+            weight = weight.to(tl.float32)
+            for row in tl.static_range(BLOCK_M):
+                x_row = _load_k_tile(x_ptrs + tl.minimum(row, num_rows - 1) * stride_x, k_mask, EVEN_K)
+                row_sum = tl.sum(weight * x_row.to(tl.float32)[None, :], axis=1)  # [BLOCK_N]
+                accumulator += tl.where(rows[None, :] == row, row_sum[:, None], 0.0)
         x_ptrs += BLOCK_K
         weight_ptrs += BLOCK_K
-    out_ptrs = out_ptr + split * stride_out_split + rows[:, None] * stride_out + columns[None, :]
-    out_mask = row_mask[:, None] & column_mask[None, :]
+    column_mask = columns < n
+    out_ptrs = out_ptr + split * stride_out_split + rows[None, :] * stride_out + columns[:, None]
+    out_mask = (rows < num_rows)[None, :] & column_mask[:, None]
     if WRITE_PARTIAL:
         tl.store(out_ptrs, accumulator, mask=out_mask)
     else:
         if HAS_BIAS:
-            accumulator += tl.load(bias_ptr + columns, mask=column_mask, other=0.0).to(tl.float32)[None, :]
+            accumulator += tl.load(bias_ptr + columns, mask=column_mask, other=0.0).to(tl.float32)[:, None]
         tl.store(out_ptrs, accumulator.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
