@@ -31,7 +31,9 @@ from arbi_kernels import (
     write_tkv_cache,
 )
 from arbi_kernels.decode_attention import DecodeTiles
+from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.testing import BatchShape, PagedBatch, random_paged_batch
+from arbi_kernels.tkv_prefill_attention import default_tkv_prefill_tiles
 from arbi_kernels.tkv_reference import (
     tkv_paged_decode_attention_reference,
     tkv_paged_prefill_attention_reference,
@@ -170,7 +172,9 @@ def write_cases(num_tokens: int, shape: TkvShape, generator: torch.Generator) ->
     ]
 
 
-def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Generator) -> list[BenchCase]:
+def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Generator,
+                  tile_options: tuple[PrefillTiles | None, ...] = (None,)) -> list[BenchCase]:
+    """bf16 prefill, then TKV prefill with each of `tile_options` (None: the default tiles)."""
     bench = build(shape, query_lens, query_lens, generator)
     batch, layer = bench.paged, bench.layer
     bf16_arguments = (batch.query.bfloat16(), batch.key_cache, batch.value_cache, batch.block_tables,
@@ -187,12 +191,18 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
                       reference.paged_prefill_attention_reference(*bf16_arguments), atol=1.6e-2, rtol=1.6e-2),
                   flops=flops,
                   bytes_moved=2 * tokens * shape.num_kv_heads * shape.head_dim * BF16_BYTES),
-        BenchCase(kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits}", shape=bench.label,
-                  run=lambda: tkv_paged_prefill_attention(*tkv_arguments),
-                  check=lambda: assert_tkv_close(tkv_paged_prefill_attention(*tkv_arguments),
-                                                 tkv_paged_prefill_attention_reference(*tkv_arguments),
-                                                 torch.float16),
-                  flops=flops, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape)),
+    ] + [
+        BenchCase(
+            kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits}",
+            shape=f"{bench.label} m={chosen.block_m} n={chosen.block_n} w={chosen.num_warps}",
+            run=lambda tiles=tiles: tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles),
+            check=lambda tiles=tiles: assert_tkv_close(tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles),
+                                                       tkv_paged_prefill_attention_reference(*tkv_arguments),
+                                                       torch.float16),
+            flops=flops, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
+        )
+        for tiles in tile_options
+        for chosen in (tiles or default_tkv_prefill_tiles(shape.head_dim),)
     ]
 
 
@@ -257,7 +267,7 @@ def other_cases(generator: torch.Generator) -> list[BenchCase]:
 
 
 def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
-    """Decode tiles and split counts at 32k, batch 1 and 32."""
+    """Decode tiles and split counts at 32k, batch 1 and 32; prefill tiles at 4 x 2048."""
     shape = llama_tkv()
     cases = []
     for batch_size in (1, 32):
@@ -266,7 +276,8 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
             cases.append(tkv_decode_case(bench, shape, DecodeTiles(block_n, warps)))
         for splits in ((32, 64, 128, 256) if batch_size == 1 else (1, 2, 4, 8)):
             cases.append(tkv_decode_case(bench, shape, num_splits=splits))
-    return cases
+    prefill_tiles = (PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 32, 8), PrefillTiles(64, 32, 4))
+    return cases + prefill_cases(shape, [2048] * 4, generator, prefill_tiles)[1:]
 
 
 def speedup_table(speedups: list[dict[str, object]]) -> str:
