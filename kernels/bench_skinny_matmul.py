@@ -74,6 +74,7 @@ SINGLE_ROW_BASES = [
     SkinnyTiles(block_n=8, block_k=256, num_stages=1),
     SkinnyTiles(block_n=8, block_k=512, num_stages=1),
     SkinnyTiles(block_n=16, block_k=256, num_stages=1),
+    SkinnyTiles(block_n=8, block_k=1024, num_stages=1),
     SkinnyTiles(block_n=16, block_k=512, num_stages=1),
     SkinnyTiles(block_n=32, block_k=256, num_stages=1),
     SkinnyTiles(block_n=32, block_k=512, num_warps=8, num_stages=1),
@@ -297,6 +298,7 @@ def main() -> int:
     for projection in PROJECTIONS:
         results += bench_projection(projection, rows, copy_bandwidth, num_sms, generator, l2_flush_buffer.zero_)
         torch.cuda.empty_cache()
+        print(f"[{time.perf_counter() - started:.0f} s] {projection.model} {projection.name} done", flush=True)
     summary = best_per_shape(results)
     steps = {num_rows: llama_step_ms(summary, num_rows) for num_rows in rows}
     report = {
