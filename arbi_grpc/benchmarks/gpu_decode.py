@@ -29,12 +29,17 @@ import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
-from arbi_grpc.config import EngineConfig
+from arbi_grpc.config import EngineConfig, parse_kv_bits
+from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.cuda_graphs import DecodeBatch
 from arbi_grpc.engine.offline import generate
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.spec import TkvSpec
+from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
+from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape, reference_hf_config
@@ -126,17 +131,10 @@ def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
         enable_prefix_cache=False,
         cuda_graph_max_batch=max_batch,
     )
-    backend = select_attention_backend(engine_config)
-    model = random_causal_lm(config, torch.bfloat16, "cuda", seed=0, attention_backend=backend)
+    model = random_causal_lm(config, torch.bfloat16, "cuda", seed=0,
+                             attention_backend=select_attention_backend(engine_config))
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    num_blocks = engine_config.kv_cache_memory_bytes // (
-        2 * config.num_layers * engine_config.block_size * config.num_kv_heads * config.head_dim * 2
-    )
-    kv_cache = build_kv_cache(engine_config, config, num_blocks)
-    runner, _ = build_runner(model, kv_cache, engine_config, engine_config.max_model_len, backend)
-    engine = assemble_engine(runner, config, synthetic_tokenizer(config.vocab_size), engine_config,
-                             engine_config.max_model_len)
-    engine.start()
+    engine = start_engine(model, config, engine_config)
     try:
         generate(engine, requests_for(random_prompts(2, args.prompt_len, config.vocab_size, 1), 8, "warm"))
         rows = []
@@ -163,9 +161,72 @@ def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
         return rows, graph_steps, min(ttfts)
     finally:
         engine.shutdown()
-        del engine, model, kv_cache
+        del engine, model
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def start_engine(model: CausalLM, config: ModelConfig, engine_config: EngineConfig,
+                 tkv_calibration: TkvCalibration | None = None) -> Engine:
+    """An engine over `model` (its attention backend switched to the config's) with the config's KV pool."""
+    backend = select_attention_backend(engine_config)
+    for layer in model.model.layers:
+        layer.self_attn.backend = backend
+    pool = plan_kv_pool(engine_config, config, tkv_calibration)
+    kv_cache = build_kv_cache(engine_config, config, pool.num_blocks, tkv_calibration)
+    runner, _ = build_runner(model, kv_cache, engine_config, pool.max_model_len, backend)
+    engine = assemble_engine(runner, config, synthetic_tokenizer(config.vocab_size), engine_config,
+                             pool.max_model_len)
+    engine.start()
+    return engine
+
+
+@dataclass(frozen=True)
+class LongContextRow:
+    """Decode at a long context with the bf16 cache or TKV, and the context the same KV memory holds."""
+
+    shape: str
+    kv_cache: str
+    batch: int
+    context: int
+    decode_tokens_per_s: float
+    kv_capacity_tokens: int
+
+
+def bench_long_context(shape: str, config: ModelConfig, args: argparse.Namespace) -> list[LongContextRow]:
+    """bf16 cache vs TKV (uniform calibration, `--kv-bits`) at each of `--long-contexts`, same weights."""
+    model = random_causal_lm(config, torch.bfloat16, "cuda", seed=0)
+    calibration = TkvCalibration.uniform(
+        "random-weights", TkvSpec(*parse_kv_bits(args.kv_bits)), config.num_layers, config.num_kv_heads,
+        config.head_dim,
+    )
+    rows = []
+    for kv_cache_dtype in ("bfloat16", "tkv"):
+        tkv = kv_cache_dtype == "tkv"
+        engine_config = EngineConfig(
+            device="cuda", kv_cache_memory_mib=args.kv_cache_mib, kv_cache_dtype=kv_cache_dtype,
+            kv_calibration="uniform (random weights)" if tkv else "", kv_bits=args.kv_bits if tkv else "",
+            max_model_len=max(args.long_contexts) + args.long_new_tokens, max_running_requests=args.long_batch,
+            max_step_tokens=8192, max_prefill_chunk_tokens=8192, enable_prefix_cache=False,
+            cuda_graph_max_batch=args.long_batch,
+        )
+        capacity = plan_kv_pool(engine_config, config, calibration if tkv else None).capacity_tokens
+        engine = start_engine(model, config, engine_config, calibration if tkv else None)
+        try:
+            for context in args.long_contexts:
+                prompts = random_prompts(args.long_batch, context, config.vocab_size, seed=context)
+                done = generate(engine, requests_for(prompts, args.long_new_tokens, f"{kv_cache_dtype}{context}"))
+                decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
+                label = f"tkv K{args.kv_bits}" if tkv else "bf16"
+                rows.append(LongContextRow(shape, label, args.long_batch, context,
+                                           args.long_batch * (args.long_new_tokens - 1) / decode_span, capacity))
+                print(rows[-1], flush=True)
+        finally:
+            engine.shutdown()
+            del engine
+            gc.collect()
+            torch.cuda.empty_cache()
+    return rows
 
 
 def time_graph_step(shape: str, runner, config: ModelConfig, weight_bytes: int, batch: int, context: int,
@@ -256,6 +317,12 @@ def main() -> None:
     parser.add_argument("--ttft-prompt-len", type=int, default=2048)
     parser.add_argument("--kv-cache-mib", type=int, default=24576)
     parser.add_argument("--hf-caches", default="static", type=lambda text: [c for c in text.split(",") if c])
+    parser.add_argument("--long-contexts", default="", type=lambda text: [int(c) for c in text.split(",") if c],
+                        help="contexts of the bf16-vs-TKV decode rows (e.g. 8192,32768); empty skips them")
+    parser.add_argument("--long-batch", type=int, default=8)
+    parser.add_argument("--long-new-tokens", type=int, default=64)
+    parser.add_argument("--kv-bits", default="4", help="TKV bits of the long-context rows (uniform calibration)")
+    parser.add_argument("--skip-short", action="store_true", help="only the long-context rows")
     parser.add_argument("--out", type=Path, default=Path("build/gpu_decode.json"))
     args = parser.parse_args()
     device = torch.device("cuda")
@@ -264,8 +331,13 @@ def main() -> None:
     rows: list[Row] = []
     graph_steps: list[GraphStep] = []
     ttft: dict[str, float] = {}
+    long_rows: list[LongContextRow] = []
     for shape in args.shapes.split(","):
         config = model_config_for_shape(shape)
+        if args.long_contexts:
+            long_rows += bench_long_context(shape, config, args)
+        if args.skip_short:
+            continue
         arbi_rows, shape_graph_steps, ttft[shape] = bench_arbi(shape, config, args, bandwidth)
         graph_steps += shape_graph_steps
         print(f"{shape}: time to first token of {args.ttft_prompt_len} tokens: {ttft[shape] * 1e3:.1f} ms", flush=True)
@@ -280,6 +352,9 @@ def main() -> None:
     for step in graph_steps:
         print(f"{step.shape}: decode graph batch {step.batch} at {step.context} tokens: {step.step_ms:.2f} ms "
               f"(floor {step.floor_ms:.2f} ms, {step.floor_ms / step.step_ms:.2f} of floor)")
+    for row in long_rows:
+        print(f"{row.shape}: {row.kv_cache:<8} batch {row.batch} at {row.context} tokens: decode "
+              f"{row.decode_tokens_per_s:.0f} tok/s; the KV pool holds {row.kv_capacity_tokens:,} tokens")
     for shape, seconds in ttft.items():
         print(f"{shape}: TTFT {args.ttft_prompt_len}-token prompt {seconds * 1e3:.1f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -289,6 +364,7 @@ def main() -> None:
         "python": platform.python_version(), "torch": torch.__version__,
         "copy_bandwidth_bytes_per_s": bandwidth, "rows": [asdict(row) for row in rows],
         "graph_steps": [asdict(step) for step in graph_steps],
+        "long_context": [asdict(row) for row in long_rows],
         "ttft_s": ttft,
     }, indent=2))
 
