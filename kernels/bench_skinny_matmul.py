@@ -127,7 +127,7 @@ def split_options(n: int, k: int, tiles: SkinnyTiles, num_sms: int) -> list[int]
 
 
 def variants(num_rows: int, n: int, k: int, num_sms: int) -> list[Variant]:
-    default = choose_skinny_tiles(num_rows, n, k, torch.device("cuda"))
+    default = choose_skinny_tiles(num_rows, n, k, DTYPE, torch.device("cuda"))
     found = [
         Variant("F.linear", lambda x, weight: F.linear(x, weight), None),
         Variant(f"default {default.label}", lambda x, weight: skinny_matmul(x, weight, tiles=default), default),
@@ -240,8 +240,9 @@ def best_per_shape(results: list[Result]) -> dict[tuple[str, str, int], dict[str
 
 
 def format_summary(summary: dict[tuple[str, str, int], dict[str, Result]]) -> str:
-    lines = ["| model | proj | M | floor us | F.linear us | default us | best us | best % floor | best vs F.linear "
-             "| best tiles |", "|" + "---|" * 10]
+    header = ("| model | proj | M | floor us | F.linear us | default us | best us | best % floor | best vs F.linear "
+              "| best tiles |")
+    lines = [header, "|" + "---|" * 10]
     for (model, projection, num_rows), entry in summary.items():
         torch_r, default_r, best_r = entry["torch"], entry["default"], entry.get("best")
         best_us = best_r.graph_us_per_call if best_r else float("nan")

@@ -68,8 +68,8 @@ class SkinnyTiles:
         return f"{kind} n{self.block_n} k{self.block_k} s{self.split_k} w{self.num_warps} st{self.num_stages}"
 
 
-# (row bucket, N, K) -> tiles, from the sweep in kernels/bench_skinny_matmul.py on one H200 (bf16). Shapes
-# not listed use `heuristic_tiles`.
+# (row bucket, N, K) -> tiles for 16-bit dtypes, from the sweep in kernels/bench_skinny_matmul.py on one H200
+# (bf16). Shapes not listed, and float32, use `heuristic_tiles`.
 TUNED_TILES: dict[tuple[int, int, int], SkinnyTiles] = {}
 
 
@@ -78,11 +78,12 @@ def row_bucket(num_rows: int) -> int:
     return next(bucket for bucket in ROW_BUCKETS if bucket >= num_rows)
 
 
-def heuristic_tiles(num_rows: int, n: int, k: int, num_sms: int) -> SkinnyTiles:
-    """Tiles for an untuned shape: the widest row block that still gives PROGRAMS_PER_SM programs per SM,
-    then split K (powers of two, each split at least MIN_ITERATIONS_PER_SPLIT tiles long) if it does not."""
+def heuristic_tiles(num_rows: int, n: int, k: int, element_size: int, num_sms: int) -> SkinnyTiles:
+    """Tiles for an untuned shape: K tiles of 512 bytes per row, the widest row block that still gives
+    PROGRAMS_PER_SM programs per SM, then split K (powers of two, each split at least MIN_ITERATIONS_PER_SPLIT
+    tiles long) if it does not."""
     use_dot = num_rows > 4
-    block_k = 256
+    block_k = 512 // element_size
     target_programs = PROGRAMS_PER_SM * num_sms
     block_n = 16
     for candidate in (64, 32):
@@ -100,18 +101,19 @@ def heuristic_tiles(num_rows: int, n: int, k: int, num_sms: int) -> SkinnyTiles:
     return SkinnyTiles(block_n=block_n, block_k=block_k, split_k=split_k, use_dot=use_dot)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _multiprocessor_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def choose_skinny_tiles(num_rows: int, n: int, k: int, device: torch.device) -> SkinnyTiles:
+def choose_skinny_tiles(num_rows: int, n: int, k: int, dtype: torch.dtype, device: torch.device) -> SkinnyTiles:
     """The tuned tiles for (row bucket, N, K) if the sweep measured that shape, else the heuristic's."""
-    tuned = TUNED_TILES.get((row_bucket(num_rows), n, k))
+    element_size = dtype.itemsize
+    tuned = TUNED_TILES.get((row_bucket(num_rows), n, k)) if element_size == 2 else None
     if tuned is not None:
         return tuned
     num_sms = _multiprocessor_count(device) if device.type == "cuda" else 132
-    return heuristic_tiles(num_rows, n, k, num_sms)
+    return heuristic_tiles(num_rows, n, k, element_size, num_sms)
 
 
 @triton.jit
@@ -229,7 +231,7 @@ def skinny_matmul(
         return out
     if k == 0:
         return out.zero_() if bias is None else out.copy_(bias.expand_as(out))
-    tiles = tiles or choose_skinny_tiles(num_rows, n, k, x.device)
+    tiles = tiles or choose_skinny_tiles(num_rows, n, k, x.dtype, x.device)
     k_per_split = triton.cdiv(triton.cdiv(k, tiles.split_k), tiles.block_k) * tiles.block_k
     num_splits = triton.cdiv(k, k_per_split)  # rounding k_per_split up to whole tiles may leave fewer splits
     write_partial = num_splits > 1

@@ -97,9 +97,11 @@ def test_row_bucket(num_rows, bucket):
     [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (4096, 128256),
      (1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024), (1024, 151936)],
 )
-def test_heuristic_fills_the_gpu_or_stops_at_a_limit(num_rows, k, n):
+@pytest.mark.parametrize("element_size", [2, 4])
+def test_heuristic_fills_the_gpu_or_stops_at_a_limit(element_size, num_rows, k, n):
     num_sms = 132
-    tiles = heuristic_tiles(num_rows, n, k, num_sms)
+    tiles = heuristic_tiles(num_rows, n, k, element_size, num_sms)
+    assert tiles.block_k * element_size == 512
     programs = -(-n // tiles.block_n) * tiles.split_k
     one_more_split_too_short = k // (2 * tiles.split_k * tiles.block_k) < MIN_ITERATIONS_PER_SPLIT
     assert programs >= PROGRAMS_PER_SM * num_sms or tiles.split_k == MAX_SPLIT_K or one_more_split_too_short
@@ -110,10 +112,12 @@ def test_heuristic_fills_the_gpu_or_stops_at_a_limit(num_rows, k, n):
 def test_tuned_table_wins_over_the_heuristic(monkeypatch, device, generator):
     tuned = SkinnyTiles(block_n=8, block_k=64, split_k=2, num_warps=2, num_stages=2)
     monkeypatch.setitem(TUNED_TILES, (4, 40, 256), tuned)
-    assert choose_skinny_tiles(3, 40, 256, torch.device("cpu")) == tuned
-    assert choose_skinny_tiles(5, 40, 256, torch.device("cpu")) != tuned  # bucket 8 is not in the table
-    x, weight, bias = _operands(3, 40, 256, torch.float32, device, generator)
-    torch.testing.assert_close(skinny_matmul(x, weight, bias), skinny_matmul_reference(x, weight, bias))
+    assert choose_skinny_tiles(3, 40, 256, torch.float16, torch.device("cpu")) == tuned
+    assert choose_skinny_tiles(5, 40, 256, torch.float16, torch.device("cpu")) != tuned  # bucket 8: not tuned
+    assert choose_skinny_tiles(3, 40, 256, torch.float32, torch.device("cpu")) != tuned  # tuned for 16-bit only
+    x, weight, bias = _operands(3, 40, 256, torch.float16, device, generator)
+    torch.testing.assert_close(skinny_matmul(x, weight, bias), skinny_matmul_reference(x, weight, bias),
+                               **tolerance(torch.float16))
 
 
 @pytest.mark.parametrize(
