@@ -20,6 +20,7 @@ import json
 import math
 import queue
 import re
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +143,7 @@ def measure(setting: Setting, model: str, wikitext: Path, num_windows: int, gree
             "setting": setting.name,
             "kv_codec": served.engine.runner.kv_cache.setting_name if setting.kv_cache_dtype == "tkv" else "float32",
             "kv_block_bytes": served.engine.runner.kv_cache.bytes_per_block,
-            "ppl": perplexity(served.engine, wikitext_windows(served, wikitext, num_windows)),
+            "ppl": perplexity(served.engine, wikitext_windows(served, wikitext, num_windows)) if num_windows else None,
         }
         if greedy:
             row["greedy"] = greedy_generations(served)
@@ -150,6 +151,11 @@ def measure(setting: Setting, model: str, wikitext: Path, num_windows: int, gree
         served.engine.shutdown()
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
+
+
+def _common_prefix(first: tuple[int, ...], second: tuple[int, ...]) -> int:
+    """How many leading tokens two generations share."""
+    return next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
 
 
 def main() -> None:
@@ -160,24 +166,31 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=["fp32", "K8V8", "K4V4", "K3V3"])
     parser.add_argument("--greedy-settings", nargs="*", default=["K4V4"],
                         help="settings whose greedy generations are compared with fp32's")
-    parser.add_argument("--windows", type=int, default=NUM_WINDOWS)
+    parser.add_argument("--windows", type=int, default=NUM_WINDOWS, help="wikitext windows to score (0: none)")
     parser.add_argument("--out", type=Path, default=Path("bench-results/tkv_perplexity.json"))
     args = parser.parse_args()
     settings = [Setting.parse(text, args.bundle) for text in args.settings]
     greedy_names = set(args.greedy_settings) | ({"fp32"} if args.greedy_settings else set())
     rows = [measure(s, args.model, args.wikitext, args.windows, s.name in greedy_names) for s in settings]
     reference = next((row for row in rows if row["setting"] == "fp32"), None)
-    print("| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = fp32 |\n|---|---|---|---|---|---|")
+    print("| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = fp32 | tokens before divergence |\n"
+          "|---|---|---|---|---|---|---|")
     for row in rows:
-        delta, agreement = "", ""
-        if reference is not None:
-            delta = f"{100 * (row['ppl'] / reference['ppl'] - 1):+.2f}%"
-            if "greedy" in row and "greedy" in reference:
-                same = sum(a == b for a, b in zip(row["greedy"], reference["greedy"]))
-                row["greedy_agreement"] = same / len(reference["greedy"])
-                agreement = f"{same}/{len(reference['greedy'])}"
-        print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {row['ppl']:.3f} | {delta} | "
-              f"{agreement} |")
+        ppl, delta, agreement, prefix = "", "", "", ""
+        if row["ppl"] is not None:
+            ppl = f"{row['ppl']:.3f}"
+            if reference is not None and reference["ppl"] is not None:
+                delta = f"{100 * (row['ppl'] / reference['ppl'] - 1):+.2f}%"
+        if reference is not None and "greedy" in row and "greedy" in reference:
+            same = sum(a == b for a, b in zip(row["greedy"], reference["greedy"]))
+            row["greedy_agreement"] = same / len(reference["greedy"])
+            row["mean_common_prefix_tokens"] = statistics.mean(
+                _common_prefix(a, b) for a, b in zip(row["greedy"], reference["greedy"])
+            )
+            agreement = f"{same}/{len(reference['greedy'])}"
+            prefix = f"{row['mean_common_prefix_tokens']:.1f} of {GREEDY_TOKENS}"
+        print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {ppl} | {delta} | {agreement} | "
+              f"{prefix} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"windows": args.windows, "window_tokens": WINDOW_TOKENS, "rows": rows},
                                    indent=2) + "\n")
