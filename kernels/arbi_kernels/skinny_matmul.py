@@ -161,9 +161,12 @@ def _skinny_matmul_kernel(
             accumulator = tl.dot(weight, tl.trans(x), accumulator, input_precision=DOT_PRECISION)
         else:
             weight = weight.to(tl.float32)
+            # x's row segment is loaded in the weight tile's own [BLOCK_N, BLOCK_K] layout (repeats hit L1):
+            # a [BLOCK_K] load would need a layout conversion through shared memory and a barrier per tile.
+            x_row_ptrs = tl.broadcast_to(x_ptrs[None, :], (BLOCK_N, BLOCK_K))
             for row in tl.static_range(BLOCK_M):
-                x_row = _load_k_tile(x_ptrs + tl.minimum(row, num_rows - 1) * stride_x, k_mask, EVEN_K)
-                row_sum = tl.sum(weight * x_row.to(tl.float32)[None, :], axis=1)  # [BLOCK_N]
+                x_row = _load_k_tile(x_row_ptrs + tl.minimum(row, num_rows - 1) * stride_x, k_mask, EVEN_K)
+                row_sum = tl.sum(weight * x_row.to(tl.float32), axis=1)  # [BLOCK_N]
                 accumulator += tl.where(rows[None, :] == row, row_sum[:, None], 0.0)
         x_ptrs += BLOCK_K
         weight_ptrs += BLOCK_K
