@@ -4,8 +4,9 @@ With so few rows the weight is read exactly once and the work is streaming it: e
 [BLOCK_N, K-range] slab of weight rows (K contiguous, so every load is a wide coalesced row segment), keeps
 the few x rows' matching segment in registers (x is tiny and stays in L2), and accumulates in float32.
 Two inner products: `use_dot` pads the rows to 16 and uses one tensor-core `tl.dot` per tile (its operand
-loads are software-pipelined over `num_stages`); otherwise each row's multiply and sum over K run on the CUDA
-cores, unrolled over BLOCK_M = the next power of two of M.
+loads are software-pipelined over `num_stages`); otherwise the CUDA cores multiply and add in float32, for
+one row elementwise across tiles with a single sum over K at the end, for 2 to 16 rows one sum per row and
+tile (BLOCK_M = the next power of two of M).
 When N / BLOCK_N programs cannot fill the GPU, `split_k` programs share a row block's K range; each writes a
 float32 partial and a second kernel sums them, adds the bias and rounds once. Tiles come from `TUNED_TILES`
 (filled from kernels/bench_skinny_matmul.py's sweep on the H200) or a fixed heuristic: never a runtime
@@ -153,23 +154,31 @@ def _skinny_matmul_kernel(
     # The accumulator is [BLOCK_N, BLOCK_M] (out transposed): the CUDA-core path then adds each row's sum
     # over K where the weight tile's layout already has it, with no layout conversion inside the loop.
     accumulator = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # One row (single-stream decode): products are summed elementwise across tiles and over K once at the
+    # end, so the loop is loads, conversions and FMAs only (no shuffles or barriers).
+    single_row_products = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k_start in range(k_begin, k_end, BLOCK_K):
         k_mask = (k_start + offsets_k) < k_end
         weight = _load_k_tile(weight_ptrs, k_mask, EVEN_K)
+        # On the CUDA cores x's row segment is loaded in the weight tile's own [BLOCK_N, BLOCK_K] layout
+        # (repeats hit L1): a [BLOCK_K] load would need a conversion through shared memory and a barrier.
+        x_row_ptrs = tl.broadcast_to(x_ptrs[None, :], (BLOCK_N, BLOCK_K))
         if USE_DOT:
             x = _load_k_tile(x_ptrs[None, :] + row_offsets[:, None], k_mask, EVEN_K)  # [BLOCK_M, BLOCK_K]
             accumulator = tl.dot(weight, tl.trans(x), accumulator, input_precision=DOT_PRECISION)
+        elif BLOCK_M == 1:
+            x_row = _load_k_tile(x_row_ptrs, k_mask, EVEN_K)
+            single_row_products += weight.to(tl.float32) * x_row.to(tl.float32)
         else:
             weight = weight.to(tl.float32)
-            # x's row segment is loaded in the weight tile's own [BLOCK_N, BLOCK_K] layout (repeats hit L1):
-            # a [BLOCK_K] load would need a layout conversion through shared memory and a barrier per tile.
-            x_row_ptrs = tl.broadcast_to(x_ptrs[None, :], (BLOCK_N, BLOCK_K))
             for row in tl.static_range(BLOCK_M):
                 x_row = _load_k_tile(x_row_ptrs + tl.minimum(row, num_rows - 1) * stride_x, k_mask, EVEN_K)
                 row_sum = tl.sum(weight * x_row.to(tl.float32), axis=1)  # [BLOCK_N]
                 accumulator += tl.where(rows[None, :] == row, row_sum[:, None], 0.0)
         x_ptrs += BLOCK_K
         weight_ptrs += BLOCK_K
+    if not USE_DOT and BLOCK_M == 1:
+        accumulator = tl.sum(single_row_products, axis=1)[:, None]
     column_mask = columns < n
     out_ptrs = out_ptr + split * stride_out_split + rows[None, :] * stride_out + columns[:, None]
     out_mask = (rows < num_rows)[None, :] & column_mask[:, None]
