@@ -42,7 +42,7 @@ from bench_kernels import copy_bandwidth_bytes_per_s
 
 DTYPE = torch.bfloat16
 CALLS_PER_GRAPH = 20
-REPEATS = 7
+REPEATS = 10
 WEIGHT_COPY_BYTES = 2**30  # distinct weight copies per graph, up to CALLS_PER_GRAPH of them
 L2_FLUSH_BYTES = 256 * 2**20
 LLAMA_LAYERS = 32
