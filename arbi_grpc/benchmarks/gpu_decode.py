@@ -319,6 +319,7 @@ def main() -> None:
     parser.add_argument("--hf-caches", default="static", type=lambda text: [c for c in text.split(",") if c])
     parser.add_argument("--long-contexts", default="", type=lambda text: [int(c) for c in text.split(",") if c],
                         help="contexts of the bf16-vs-TKV decode rows (e.g. 8192,32768); empty skips them")
+    parser.add_argument("--long-shape", default="llama3.1-8b", help="model shape of the long-context rows")
     parser.add_argument("--long-batch", type=int, default=8)
     parser.add_argument("--long-new-tokens", type=int, default=64)
     parser.add_argument("--kv-bits", default="4", help="TKV bits of the long-context rows (uniform calibration)")
@@ -331,13 +332,10 @@ def main() -> None:
     rows: list[Row] = []
     graph_steps: list[GraphStep] = []
     ttft: dict[str, float] = {}
-    long_rows: list[LongContextRow] = []
-    for shape in args.shapes.split(","):
+    long_rows = (bench_long_context(args.long_shape, model_config_for_shape(args.long_shape), args)
+                 if args.long_contexts else [])
+    for shape in [] if args.skip_short else args.shapes.split(","):
         config = model_config_for_shape(shape)
-        if args.long_contexts:
-            long_rows += bench_long_context(shape, config, args)
-        if args.skip_short:
-            continue
         arbi_rows, shape_graph_steps, ttft[shape] = bench_arbi(shape, config, args, bandwidth)
         graph_steps += shape_graph_steps
         print(f"{shape}: time to first token of {args.ttft_prompt_len} tokens: {ttft[shape] * 1e3:.1f} ms", flush=True)
