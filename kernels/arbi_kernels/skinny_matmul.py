@@ -36,11 +36,12 @@ from arbi_kernels.checks import (
 
 MAX_ROWS = 16
 ROW_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16)
-DOT_BLOCK_M = 16  # tl.dot's smallest M on tensor cores: rows past M are masked padding
+DOT_BLOCK_M = 16  # tl.dot's smallest M on tensor cores: rows past M are padding, never stored
 PROGRAMS_PER_SM = 4  # the heuristic's target occupancy: enough row blocks or splits to hide DRAM latency
 MIN_ITERATIONS_PER_SPLIT = 4  # a split streams at least this many BLOCK_K tiles of each of its rows
 MAX_SPLIT_K = 16
 REDUCE_BLOCK_N = 1024
+CPU_NUM_SMS = 132  # the H200's, so interpreter runs pick the tiles the GPU would
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def choose_skinny_tiles(num_rows: int, n: int, k: int, dtype: torch.dtype, devic
     tuned = TUNED_TILES.get((row_bucket(num_rows), n, k)) if element_size == 2 else None
     if tuned is not None:
         return tuned
-    num_sms = _multiprocessor_count(device) if device.type == "cuda" else 132
+    num_sms = _multiprocessor_count(device) if device.type == "cuda" else CPU_NUM_SMS
     return heuristic_tiles(num_rows, n, k, element_size, num_sms)
 
 
