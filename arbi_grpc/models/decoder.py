@@ -5,7 +5,6 @@ varlen batch over the paged KV cache. Module and parameter names match HF checkp
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from arbi_grpc.models.attention_backend import AttentionBackend
@@ -13,7 +12,7 @@ from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder_attention import DecoderAttention
 from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.layers import RMSNorm, SwiGLUMLP
+from arbi_grpc.models.layers import RMSNorm, SwiGLUMLP, project
 from arbi_grpc.models.rotary import RotaryAngles, RotaryEmbedding
 
 
@@ -101,4 +100,4 @@ class CausalLM(nn.Module):
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden [N, hidden_size] -> float32 logits [N, vocab_size]."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        return project(hidden, weight).float()

@@ -4,14 +4,13 @@ RoPE, paged attention through a pluggable backend, and the output projection.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.layers import RMSNorm, fuse_linear_weights
+from arbi_grpc.models.layers import RMSNorm, fuse_linear_weights, project
 from arbi_grpc.models.rotary import RotaryAngles
 
 
@@ -48,7 +47,7 @@ class DecoderAttention(nn.Module):
         num_tokens = states.shape[0]
         query_width = self.num_heads * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
-        qkv = F.linear(states, self.qkv_weight, self.qkv_bias)  # [T, (H + 2 Hkv) D]
+        qkv = project(states, self.qkv_weight, self.qkv_bias)  # [T, (H + 2 Hkv) D]
         query = qkv[:, :query_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
         key = qkv[:, query_width: query_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)
         value = qkv[:, query_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
@@ -57,4 +56,5 @@ class DecoderAttention(nn.Module):
             key = self.k_norm(key)
         query, key = rotary.apply(query, key)
         attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
-        return self.o_proj(attended.reshape(num_tokens, self.num_heads * self.head_dim))
+        attended = attended.reshape(num_tokens, self.num_heads * self.head_dim)
+        return project(attended, self.o_proj.weight, self.o_proj.bias)

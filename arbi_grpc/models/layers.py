@@ -55,13 +55,24 @@ class SwiGLUMLP(nn.Module):
     def forward(self, states: Tensor) -> Tensor:
         if self.gate_up_weight is None:
             raise RuntimeError("SwiGLUMLP: call CausalLM.fuse_projections() once the weights are loaded")
-        gate_up = F.linear(states, self.gate_up_weight)  # [T, 2I]
+        gate_up = project(states, self.gate_up_weight)  # [T, 2I]
         if gate_up.is_cuda:
             from arbi_kernels import silu_and_mul
 
-            return self.down_proj(silu_and_mul(gate_up))
+            return project(silu_and_mul(gate_up), self.down_proj.weight)
         gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate, inplace=True).mul_(up))  # in place: no third [T, I] tensor
+
+
+def project(states: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """states [T, in] @ weight[out, in].T (+ bias). One-row CUDA inputs (batch-1 decode) of a shape the skinny
+    Triton kernel was tuned for read the weights faster through it than through cuBLAS; all else is F.linear."""
+    if states.is_cuda and states.dim() == 2 and states.shape[0] == 1:
+        from arbi_kernels.skinny_matmul import has_tuned_tiles, skinny_matmul
+
+        if has_tuned_tiles(1, weight.shape[0], weight.shape[1], weight.dtype) and states.dtype == weight.dtype:
+            return skinny_matmul(states, weight, bias)
+    return F.linear(states, weight, bias)
 
 
 def fuse_linear_weights(*layers: nn.Linear) -> tuple[Tensor, Tensor | None]:

@@ -72,7 +72,27 @@ class SkinnyTiles:
 
 # (row bucket, N, K) -> tiles for 16-bit dtypes, from the sweep in kernels/bench_skinny_matmul.py on one H200
 # (bf16). Shapes not listed, and float32, use `heuristic_tiles`.
-TUNED_TILES: dict[tuple[int, int, int], SkinnyTiles] = {}
+# One-row (batch-1 decode) tiles from kernels/bench_skinny_matmul.py on an H200, 2026-11-29: each beat
+# F.linear (cuBLAS) by 1.02x to 2.7x in CUDA-graph timings. Multi-row buckets lost to cuBLAS for most shapes in
+# that sweep and are not listed (the heuristic serves them when called directly).
+TUNED_TILES: dict[tuple[int, int, int], SkinnyTiles] = {
+    (1, 6144, 4096): SkinnyTiles(block_n=8, block_k=512, num_stages=1),  # llama3-8b qkv
+    (1, 4096, 4096): SkinnyTiles(block_n=8, block_k=512, num_stages=1),  # llama3-8b o_proj
+    (1, 28672, 4096): SkinnyTiles(block_n=16, block_k=256, num_stages=1),  # llama3-8b gate_up
+    (1, 4096, 14336): SkinnyTiles(block_n=8, block_k=1024, num_stages=1),  # llama3-8b down
+    (1, 128256, 4096): SkinnyTiles(block_n=16, block_k=256, num_stages=1),  # llama3-8b lm_head
+    (1, 4096, 1024): SkinnyTiles(block_n=8, block_k=512, num_stages=1),  # qwen3-0.6b qkv
+    (1, 1024, 2048): SkinnyTiles(block_n=8, block_k=1024, num_stages=1),  # qwen3-0.6b o_proj
+    (1, 6144, 1024): SkinnyTiles(block_n=8, block_k=512, num_stages=1),  # qwen3-0.6b gate_up
+    (1, 1024, 3072): SkinnyTiles(block_n=8, block_k=1024, num_stages=1),  # qwen3-0.6b down
+    (1, 151936, 1024): SkinnyTiles(block_n=8, block_k=512, num_stages=1),  # qwen3-0.6b lm_head
+}
+
+
+def has_tuned_tiles(num_rows: int, n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether the sweep measured this (row bucket, N, K) for a 16-bit dtype: callers that must beat cuBLAS
+    use the kernel only then."""
+    return 1 <= num_rows <= MAX_ROWS and dtype.itemsize == 2 and (row_bucket(num_rows), n, k) in TUNED_TILES
 
 
 def row_bucket(num_rows: int) -> int:
