@@ -4,9 +4,11 @@ in registers.
 
 Layout (docs/tkv.md): a head vector of D channels is D*bits/8 bytes of little-endian packed codes plus D/G fp16
 scales and zeros, so the 8 codes of channels 8i..8i+7 fill exactly `bits` bytes: one "word". Widths 2, 4 and 8
-read each word with one 16/32/64-bit load (the wrappers pass the code pool viewed as that integer type); 3, 5
-and 6 assemble it from `bits` byte loads. A code decodes as `zero + code * scale` and is never written back
-in full precision. Pools are contiguous, so a head vector's index is `slot * num_kv_heads + kv_head`.
+read each word with one 16/32/64-bit load (the wrappers pass the code pool viewed as that integer type); the
+attention kernels read 3, 5 and 6 from the pool viewed as int32 (two loads per word, see packed_code_view), the
+write kernel stores them byte by byte. A code decodes as `zero + code * scale`, computed in the dot's dtype
+(the code becomes a float by a bit trick, not a conversion instruction) and never written back in full
+precision. Pools are contiguous, so a head vector's index is `slot * num_kv_heads + kv_head`.
 """
 
 from __future__ import annotations
@@ -100,6 +102,15 @@ def code_words(codes: torch.Tensor, bits: int) -> torch.Tensor:
     return codes if word_dtype is None else codes.view(word_dtype)
 
 
+def packed_code_view(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """The code pool as the attention kernels read it: code_words, except that 3, 5 and 6 bits come as int32
+    units (two loads per 8-code word instead of `bits` byte loads) where a head vector is a whole number of
+    them, i.e. unless head_dim is 16."""
+    if bits in WORD_DTYPES or codes.shape[-1] % 4:
+        return code_words(codes, bits)
+    return codes.view(torch.int32)
+
+
 def require_compute_dtype(compute_dtype: torch.dtype) -> None:
     if compute_dtype not in COMPUTE_DTYPES:
         raise ValueError(f"compute_dtype: must be torch.float16 or torch.float32, got {compute_dtype}")
@@ -153,36 +164,86 @@ def load_words(codes_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.const
     if BITS == 2 or BITS == 4 or BITS == 8:  # codes_ptr is the pool viewed as int16 / int32 / int64
         words = tl.load(codes_ptr + vectors[:, None] * (HEAD_DIM // 8) + octets[None, :], mask=valid[:, None],
                         other=0)
-    else:  # 3, 5, 6 bits: BITS bytes per word, assembled little endian
+    else:  # 3, 5, 6 bits: word i is BITS bytes from byte i*BITS, read from the pool's int32 or uint8 units
+        UNIT_BYTES: tl.constexpr = codes_ptr.dtype.element_ty.primitive_bitwidth // 8
+        UNSIGNED: tl.constexpr = tl.uint32 if UNIT_BYTES == 4 else tl.uint8
+        UNITS: tl.constexpr = 2 if UNIT_BYTES == 4 else BITS  # units one word can overlap (BITS <= 6)
         word_type: tl.constexpr = tl.int32 if BITS * 8 <= 32 else tl.int64
-        byte_offsets = vectors[:, None] * (HEAD_DIM * BITS // 8) + octets[None, :] * BITS  # [N, D/8]
-        words = tl.zeros([vectors.shape[0], HEAD_DIM // 8], dtype=word_type)
-        for byte in tl.static_range(BITS):
-            value = tl.load(codes_ptr + byte_offsets + byte, mask=valid[:, None], other=0)
-            words = words | (value.to(word_type) << (8 * byte))
+        first_byte = octets * BITS
+        first_unit = first_byte // UNIT_BYTES
+        unit_offsets = vectors[:, None] * (HEAD_DIM * BITS // 8 // UNIT_BYTES) + first_unit[None, :]  # [N, D/8]
+        stream = tl.zeros([vectors.shape[0], HEAD_DIM // 8], dtype=tl.int64)
+        for unit in tl.static_range(UNITS):
+            overlaps = (first_unit + unit) * UNIT_BYTES < first_byte + BITS  # [D/8]: the word reaches this unit
+            value = tl.load(codes_ptr + unit_offsets + unit, mask=valid[:, None] & overlaps[None, :], other=0)
+            stream = stream | (value.to(UNSIGNED, bitcast=True).to(tl.int64) << (8 * UNIT_BYTES * unit))
+        words = (stream >> ((first_byte % UNIT_BYTES) * 8).to(tl.int64)[None, :]).to(word_type)
     return words
 
 
 @triton.jit
+def codes_as_floats(codes, DTYPE: tl.constexpr):
+    """Unsigned integer codes below 2**10 as exact DTYPE floats without an int-to-float conversion (a slow
+    instruction on the GPU): the code is OR-ed into the mantissa of 2**10 (float16) or 2**23 (float32), the
+    bits reinterpreted as a float, and that power of two subtracted."""
+    if DTYPE == tl.float16:
+        return (codes.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True) - 1024.0
+    else:
+        return (codes.to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _code(words, k: tl.constexpr, BITS: tl.constexpr):
+    return (words >> (k * BITS)) & ((1 << BITS) - 1)
+
+
+@triton.jit
+def _codes_k_k1_k2_k3(words, k: tl.constexpr, BITS: tl.constexpr):
+    """[..., 2, 2]: element [a, b] is code k + 2a + b."""
+    return tl.join(tl.join(_code(words, k, BITS), _code(words, k + 2, BITS)),
+                   tl.join(_code(words, k + 1, BITS), _code(words, k + 3, BITS)))
+
+
+@triton.jit
+def unpack_words(words, BITS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """[N, D/8] words -> [N, D] integer codes in the CODE_ORDER of channels (see code_channels): the 8 codes
+    of a word are joined (tl.join adds a dimension inside each thread) into [N, D/8, 2, 2, 2], element [a, b, e]
+    being code 2a + b + 4e, so a thread decodes whole words, the reshape moves no data, and the two codes that
+    share a 32-bit register (e = 0, 1) are 16 bits apart in a 4-bit word: one shift and mask extracts both."""
+    codes = tl.join(_codes_k_k1_k2_k3(words, 0, BITS), _codes_k_k1_k2_k3(words, 4, BITS))
+    return tl.reshape(codes, [words.shape[0], HEAD_DIM])
+
+
+@triton.jit
+def code_channels(HEAD_DIM: tl.constexpr):
+    """[D] the channel each position of a decoded tile holds: within every 8 channels the order
+    0, 4, 1, 5, 2, 6, 3, 7 (unpack_words). Attention loads q' and the sink entries and stores its output at
+    these channels, so dot products and the output are those of the natural order."""
+    positions = tl.arange(0, HEAD_DIM)
+    within = positions % 8
+    return positions - within + within // 2 + 4 * (within % 2)
+
+
+@triton.jit
 def dequantize_tile(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                    GROUP: tl.constexpr):
-    """Decode the head vectors `vectors` [N] in registers: float32 [N, D] = zero + code * scale (0 where invalid)."""
-    words = load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM)  # [N, D/8]
-    shifts = tl.arange(0, 8) * BITS
-    codes = (words[:, :, None] >> shifts[None, None, :].to(words.dtype)) & ((1 << BITS) - 1)  # [N, D/8, 8]
-    codes = tl.reshape(codes, [vectors.shape[0], HEAD_DIM // GROUP, GROUP]).to(tl.float32)
+                    GROUP: tl.constexpr, DTYPE: tl.constexpr):
+    """Decode the head vectors `vectors` [N] in registers: DTYPE [N, D] = zero + code * scale (0 where invalid).
+    In float16 that is one fused multiply-add of exact operands, so one rounding, as in float32 then a cast."""
+    codes = unpack_words(load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM), BITS, HEAD_DIM)  # [N, D]
+    codes = codes_as_floats(tl.reshape(codes, [vectors.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
     groups = tl.arange(0, HEAD_DIM // GROUP)
     metadata_offsets = vectors[:, None] * (HEAD_DIM // GROUP) + groups[None, :]  # [N, D/G]
-    scale = tl.load(scale_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
-    zero = tl.load(zero_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
+    scale = tl.load(scale_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(DTYPE)
+    zero = tl.load(zero_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(DTYPE)
     values = zero[:, :, None] + codes * scale[:, :, None]  # [N, D/G, G]
     return tl.reshape(values, [vectors.shape[0], HEAD_DIM])
 
 
 @triton.jit
 def load_sink_tile(sink_ptr, vectors, valid, HEAD_DIM: tl.constexpr):
-    """Sink entries (already in the code space, fp16) of head vectors `vectors` [N]: float32 [N, D]."""
-    dims = tl.arange(0, HEAD_DIM)
+    """Sink entries (already in the code space, fp16) of head vectors `vectors` [N]: float32 [N, D], channels in
+    the decoded tiles' order (code_channels)."""
+    dims = code_channels(HEAD_DIM)
     return tl.load(sink_ptr + vectors[:, None] * HEAD_DIM + dims[None, :], mask=valid[:, None], other=0.0).to(
         tl.float32
     )
@@ -210,12 +271,14 @@ def attend_coded_tile(
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
-    K decoded and scored first, then V decoded and summed, both in q's dtype."""
+    K decoded and scored first, then V decoded and summed, both decoded straight into q's dtype."""
     vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
-    k = dequantize_tile(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP)
-    m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION)
-    v = dequantize_tile(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP)
-    acc += tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
+    k = dequantize_tile(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP,
+                        q.dtype)
+    m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION)
+    v = dequantize_tile(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP,
+                        q.dtype)
+    acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_i, l_i, acc
 
 

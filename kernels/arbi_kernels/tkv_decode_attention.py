@@ -11,6 +11,8 @@ whichever split holds them. q' arrives pre-rotated and divided by s_k, the outpu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -19,14 +21,15 @@ from arbi_kernels.attention_core import LOG2_E
 from arbi_kernels.checks import (
     next_power_of_two,
     require_dtype,
+    require_num_warps,
     require_positive_scale,
     require_same_device,
     require_shape,
+    require_tile_size,
     require_unit_last_stride,
 )
 from arbi_kernels.decode_attention import (
     MAX_SPLITS,
-    DecodeTiles,
     _decode_merge_kernel,
     _multiprocessor_count,
     choose_num_splits,
@@ -35,13 +38,30 @@ from arbi_kernels.tkv_core import (
     TkvLayerTensors,
     attend_coded_tile,
     attend_sink_tile,
-    code_words,
+    code_channels,
     compute_precision,
+    packed_code_view,
     require_compute_dtype,
     sink_tile_size,
     triton_dtype,
     validate_tkv_layer,
 )
+
+
+@dataclass(frozen=True)
+class TkvDecodeTiles:
+    """Launch shape of the TKV decode kernel: context tokens per loop step, warps, software-pipeline depth (the
+    code, scale and zero loads of the next `num_stages - 1` tiles are issued while this one is decoded)."""
+
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        require_tile_size("block_n", self.block_n)
+        require_num_warps(self.num_warps)
+        if self.num_stages < 1:
+            raise ValueError(f"num_stages: must be >= 1, got {self.num_stages}")
 
 
 @triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
@@ -68,7 +88,7 @@ def _tkv_decode_partition_kernel(
     rows = tl.arange(0, GROUP_PAD)
     row_valid = rows < group_size
     q_heads = kv_head * group_size + rows  # [GROUP_PAD] query heads of this kv head's group
-    dims = tl.arange(0, HEAD_DIM)
+    dims = code_channels(HEAD_DIM)  # q' in and acc out in the decoded tiles' channel order
     q = tl.load(
         q_ptr + seq.to(tl.int64) * stride_q_seq + q_heads[:, None] * stride_q_head + dims[None, :],
         mask=row_valid[:, None], other=0.0,
@@ -118,7 +138,7 @@ def tkv_paged_decode_attention(
     softmax_scale: float,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
-    tiles: DecodeTiles = DecodeTiles(),
+    tiles: TkvDecodeTiles = TkvDecodeTiles(),
     compute_dtype: torch.dtype = torch.float16,
 ) -> torch.Tensor:
     """Attention acc [B, Hq, D] (float32, value code space) of q' [B, Hq, D] over each sequence's first
@@ -167,8 +187,8 @@ def tkv_paged_decode_attention(
         device=query.device,
     )
     _tkv_decode_partition_kernel[(num_seqs, num_kv_heads, num_splits)](
-        query, code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
-        code_words(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        packed_code_view(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
         block_tables, seq_lens, output, partial_out, partial_lse,
         softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
         query.stride(0), query.stride(1), block_tables.stride(0),
@@ -179,7 +199,7 @@ def tkv_paged_decode_attention(
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
-        DOT_PRECISION=compute_precision(compute_dtype), num_warps=tiles.num_warps,
+        DOT_PRECISION=compute_precision(compute_dtype), num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     if not single_split:
         _decode_merge_kernel[(num_seqs, num_heads)](

@@ -28,8 +28,9 @@ from arbi_kernels.tkv_core import (
     TkvLayerTensors,
     attend_coded_tile,
     attend_sink_tile,
-    code_words,
+    code_channels,
     compute_precision,
+    packed_code_view,
     require_compute_dtype,
     sink_tile_size,
     triton_dtype,
@@ -70,7 +71,7 @@ def _tkv_prefill_kernel(
     rows = tile_first_row + tl.arange(0, BLOCK_M)
     row_valid = rows < q_len
     q_positions = prefix_len + rows  # [BLOCK_M] absolute positions of the queries
-    dims = tl.arange(0, HEAD_DIM)
+    dims = code_channels(HEAD_DIM)  # q' in and acc out in the decoded tiles' channel order
     token_rows = (q_begin + rows).to(tl.int64)
     q = tl.load(
         q_ptr + token_rows[:, None] * stride_q_token + q_head * stride_q_head + dims[None, :],
@@ -184,8 +185,8 @@ def tkv_paged_prefill_attention(
     tiles = tiles or default_tkv_prefill_tiles(head_dim)
     grid = (triton.cdiv(max_query_len, tiles.block_m), num_seqs, num_heads)
     _tkv_prefill_kernel[grid](
-        query, code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
-        code_words(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        packed_code_view(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
         block_tables, query_start_loc, seq_lens, output,
         softmax_scale * LOG2_E, num_heads // num_kv_heads, num_kv_heads,
         query.stride(0), query.stride(1), block_tables.stride(0), output.stride(0), output.stride(1),

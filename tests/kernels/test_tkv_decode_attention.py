@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 from arbi_kernels import tkv_paged_decode_attention
-from arbi_kernels.decode_attention import DecodeTiles
+from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
 from arbi_kernels.tkv_reference import tkv_paged_decode_attention_reference
 from arbi_kernels.tkv_testing import (
     TkvBatch,
@@ -53,7 +53,7 @@ def test_sink_prefix_spans_splits_and_tiles(device, generator):
     shape = TkvShape(4, 1, 64, 32, 4, 4, 32, sink_tokens=20)
     seq_lens = [5, 20, int(torch.randint(21, 100, (1,), generator=generator))]
     batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
-    _check(batch, batch.query, torch.float32, num_splits=7, tiles=DecodeTiles(block_n=16))
+    _check(batch, batch.query, torch.float32, num_splits=7, tiles=TkvDecodeTiles(block_n=16))
 
 
 def test_head_dim_128_and_16bit_queries(device, generator):
@@ -62,6 +62,23 @@ def test_head_dim_128_and_16bit_queries(device, generator):
                              generator)
     for dtype in (torch.float16, torch.bfloat16):
         _check(batch, batch.query.to(dtype), torch.float16, num_splits=2)
+
+
+@pytest.mark.parametrize(("key_bits", "value_bits"), [(3, 5), (5, 6)])
+def test_head_dim_16_odd_widths(key_bits, value_bits, device, generator):
+    """A 16-channel head vector of 3 or 5 bits is 6 or 10 bytes, no whole number of int32 units: the kernel
+    reads those pools byte by byte (the 6-bit one, 12 bytes, as int32)."""
+    shape = TkvShape(4, 2, 16, 16, key_bits, value_bits, 8, 1)
+    batch = random_tkv_batch(shape, [1] * 2, [37, 70], device, generator)
+    for compute_dtype in (torch.float32, torch.float16):
+        _check(batch, batch.query, compute_dtype, num_splits=2, tiles=TkvDecodeTiles(block_n=16, num_stages=1))
+
+
+def test_tiles_reject_bad_shapes():
+    for tiles, message in ((dict(block_n=24), "block_n"), (dict(num_warps=3), "num_warps"),
+                           (dict(num_stages=0), "num_stages")):
+        with pytest.raises(ValueError, match=message):
+            TkvDecodeTiles(**tiles)
 
 
 def test_zero_length_sequence_gives_zeros(device, generator):
