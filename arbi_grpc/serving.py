@@ -77,8 +77,6 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend)
     tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
-    if device.type == "cuda":
-        torch.cuda.empty_cache()  # the blocks the projection fusion freed go back before the pool is carved
     kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)
     runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend)
     budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes)

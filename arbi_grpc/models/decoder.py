@@ -96,6 +96,10 @@ class CausalLM(nn.Module):
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
         self.projections_fused = True
+        if self.model.embed_tokens.weight.is_cuda:
+            # The merged parts go back to the driver now: left cached, the next allocations (the KV pool)
+            # would split their blocks and keep them reserved for good.
+            torch.cuda.empty_cache()
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden [N, hidden_size] -> float32 logits [N, vocab_size]."""

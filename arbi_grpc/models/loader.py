@@ -48,6 +48,7 @@ def load_model(
         model_dir, expected_shapes=expected_shapes, is_ignored=is_ignored, dtype=dtype, device=device
     )
     model.load_state_dict(tensors, strict=True, assign=True)
+    del tensors  # the model holds them now; the fusion below frees the parts it merges
     model.requires_grad_(False)
     model.fuse_projections()
     return model.eval(), config

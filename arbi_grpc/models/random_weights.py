@@ -43,12 +43,9 @@ def random_causal_lm(
         for name, meta in model.state_dict().items()
     }
     model.load_state_dict(tensors, strict=True, assign=True)
+    del tensors  # the model holds them now; the fusion below frees the parts it merges
     model.requires_grad_(False)
     model.fuse_projections()
-    if device.type == "cuda":
-        # The parts the fusion freed go back to the driver; cached, they would be split by the next allocations
-        # (the KV pool) and stay reserved around them for good.
-        torch.cuda.empty_cache()
     return model.eval()
 
 
