@@ -2,9 +2,13 @@
 (batch 1, 8, 32; Llama-3-8B attention: 32 q heads, 8 kv heads, D 128, page 16), plus the whole TKV attention of a
 decode step (query transform + kernel + output transform), other bit widths, KV write and prefill.
 
-Each row is checked against its torch reference first (bench_kernels.measure), then timed with
-triton.testing.do_bench (median, L2 flushed). The TKV caches are filled by the TKV write kernel from random
-model-space K/V with random calibration transforms, over the same block tables as the bf16 caches.
+Each row is checked against its torch reference first, then timed as GPU time: GRAPH_LAUNCHES calls, each after
+an L2 flush, captured in one CUDA graph and replayed, minus a graph of the flushes alone (so launch overhead,
+which dominates single launches at batch 1 and 8, is not in the number; the host cost of one call is the "wall
+us/call" column). A call that cannot be captured (a host sync) falls back to triton.testing.do_bench. The TKV
+caches are filled by the TKV write kernel from random model-space K/V with random calibration transforms, over
+the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (block_n, warps, pipeline stages)
+and split counts at 32k context, batch 1, 8 and 32.
 Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep]
 """
 
@@ -12,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
 import torch
-import triton
+import triton.testing
 from arbi_kernels import (
     paged_decode_attention,
     paged_prefill_attention,
@@ -30,9 +36,9 @@ from arbi_kernels import (
     write_kv_cache,
     write_tkv_cache,
 )
-from arbi_kernels.decode_attention import DecodeTiles
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.testing import BatchShape, PagedBatch, random_paged_batch
+from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
 from arbi_kernels.tkv_prefill_attention import default_tkv_prefill_tiles
 from arbi_kernels.tkv_reference import (
     tkv_paged_decode_attention_reference,
@@ -49,11 +55,13 @@ from arbi_kernels.tkv_testing import (
     random_tkv_layer,
 )
 from bench_kernels import (
+    COPY_BANDWIDTH_BYTES_PER_S,
     BenchCase,
     BenchResult,
+    back_to_back_wall_us,
     copy_bandwidth_bytes_per_s,
+    format_row,
     format_table,
-    measure,
 )
 
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
@@ -62,6 +70,66 @@ from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
 LLAMA = BatchShape(num_heads=32, num_kv_heads=8, head_dim=128, page_size=16, dtype=torch.bfloat16)
 BF16_BYTES = 2
 FILL_CHUNK_TOKENS = 65536
+GRAPH_LAUNCHES = 20
+GRAPH_REPLAYS = 7
+L2_FLUSH_BYTES = 256 * 2**20  # over the H200's 50 MiB L2
+DEFAULT_DECODE_TILES = TkvDecodeTiles()
+
+
+def graph_gpu_ms(run: Callable[[], object], flush: torch.Tensor) -> float:
+    """GPU time of one call of `run` from a cold L2: median over replays of a graph of GRAPH_LAUNCHES (flush,
+    call) pairs, less the same graph without the calls, divided by GRAPH_LAUNCHES."""
+    run()  # compile and allocate outside the capture
+    torch.cuda.synchronize()
+    graphs = {}
+    for with_calls in (True, False):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(GRAPH_LAUNCHES):
+                flush.zero_()
+                if with_calls:
+                    run()
+        graphs[with_calls] = graph
+    medians = {}
+    for with_calls, graph in graphs.items():
+        graph.replay()  # warm
+        times = []
+        for _ in range(GRAPH_REPLAYS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        medians[with_calls] = statistics.median(times)
+    return (medians[True] - medians[False]) / GRAPH_LAUNCHES
+
+
+def measure(case: BenchCase, flush: torch.Tensor) -> BenchResult:
+    """Check, then time in a CUDA graph (do_bench where the call cannot be captured); a kernel that fails to
+    compile or run is recorded as incorrect, not fatal."""
+    try:
+        case.check()
+        correct, error = True, ""
+    except Exception as failure:  # noqa: BLE001 (a benchmark row, not a crash: record any failure and go on)
+        correct, error = False, f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
+    try:
+        median_ms = graph_gpu_ms(case.run, flush)
+    except Exception:  # noqa: BLE001 (e.g. a host sync inside the call: time it launch by launch instead)
+        torch.cuda.synchronize()
+        try:
+            median_ms = triton.testing.do_bench(case.run, return_mode="median")
+        except Exception as failure:  # noqa: BLE001
+            correct, error, median_ms = False, error or f"{type(failure).__name__}: {failure}", float("nan")
+    floor_ms = case.bytes_moved / COPY_BANDWIDTH_BYTES_PER_S * 1e3
+    result = BenchResult(
+        kernel=case.kernel, shape=case.shape, correct=correct, error=error, median_ms=median_ms,
+        gb_per_s=case.bytes_moved / median_ms / 1e6, floor_ms=floor_ms, percent_of_floor=100 * floor_ms / median_ms,
+        tflop_per_s=case.flops / median_ms / 1e9,
+        wall_us_per_call=back_to_back_wall_us(case.run) if correct else float("nan"),
+    )
+    print(format_row(result) + (f"  <- {error}" if error else ""), flush=True)
+    return result
 
 
 @dataclass(frozen=True)
@@ -113,7 +181,7 @@ def bf16_decode_case(bench: TkvBench) -> BenchCase:
     )
 
 
-def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: DecodeTiles = DecodeTiles(),
+def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DEFAULT_DECODE_TILES,
                     num_splits: int | None = None, with_transforms: bool = False) -> BenchCase:
     batch, layer = bench.paged, bench.layer
     arguments = (batch.query, layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
@@ -134,7 +202,8 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: DecodeTiles = Decod
     name = f"decode tkv K{shape.key_bits}V{shape.value_bits}" + (" +transforms" if with_transforms else "")
     tokens = int(batch.seq_lens.sum())
     return BenchCase(
-        kernel=name, shape=f"{bench.label} n={tiles.block_n} w={tiles.num_warps} splits={num_splits or 'auto'}",
+        kernel=name,
+        shape=f"{bench.label} n={tiles.block_n} w={tiles.num_warps} s={tiles.num_stages} splits={num_splits or 'auto'}",
         run=run, check=check, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
     )
 
@@ -181,11 +250,13 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
                       batch.query_start_loc, batch.seq_lens, batch.softmax_scale)
     tkv_arguments = (batch.query, layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
                      batch.softmax_scale)
+    bounds = {"max_query_len": max(query_lens)}  # no host sync: the calls replay in a CUDA graph
     pairs = sum(q * (q + 1) // 2 for q in query_lens)
     flops = 4 * pairs * shape.num_heads * shape.head_dim
     tokens = sum(query_lens)
     return [
-        BenchCase(kernel="prefill bf16", shape=bench.label, run=lambda: paged_prefill_attention(*bf16_arguments),
+        BenchCase(kernel="prefill bf16", shape=bench.label,
+                  run=lambda: paged_prefill_attention(*bf16_arguments, **bounds),
                   check=lambda: torch.testing.assert_close(
                       paged_prefill_attention(*bf16_arguments),
                       reference.paged_prefill_attention_reference(*bf16_arguments), atol=1.6e-2, rtol=1.6e-2),
@@ -195,7 +266,7 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
         BenchCase(
             kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits}",
             shape=f"{bench.label} m={chosen.block_m} n={chosen.block_n} w={chosen.num_warps}",
-            run=lambda tiles=tiles: tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles),
+            run=lambda tiles=tiles: tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles, **bounds),
             check=lambda tiles=tiles: assert_tkv_close(tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles),
                                                        tkv_paged_prefill_attention_reference(*tkv_arguments),
                                                        torch.float16),
@@ -234,14 +305,14 @@ def llama_tkv(key_bits: int = 4, value_bits: int = 4) -> TkvShape:
                     group_size=32, sink_tokens=1)
 
 
-def decode_grid(generator: torch.Generator) -> tuple[list[BenchResult], list[dict[str, object]]]:
+def decode_grid(generator: torch.Generator, flush: torch.Tensor) -> tuple[list[BenchResult], list[dict[str, object]]]:
     """K4V4 vs bf16 at 8k and 32k, batch 1/8/32; one bench per shape, freed before the next."""
     results, speedups = [], []
     shape = llama_tkv()
     for context in (8192, 32768):
         for batch_size in (1, 8, 32):
             bench = build(shape, [1] * batch_size, [context] * batch_size, generator)
-            bf16, tkv, step = (measure(case) for case in (
+            bf16, tkv, step = (measure(case, flush) for case in (
                 bf16_decode_case(bench), tkv_decode_case(bench, shape), tkv_decode_case(bench, shape,
                                                                                         with_transforms=True)))
             results += [bf16, tkv, step]
@@ -266,16 +337,22 @@ def other_cases(generator: torch.Generator) -> list[BenchCase]:
     return cases
 
 
+SWEEP_DECODE_TILES = (
+    TkvDecodeTiles(32, 4, 3), TkvDecodeTiles(64, 4, 1), TkvDecodeTiles(64, 4, 2), TkvDecodeTiles(64, 8, 3),
+    TkvDecodeTiles(128, 4, 2), TkvDecodeTiles(128, 8, 3), TkvDecodeTiles(256, 8, 3),
+)
+SWEEP_SPLITS = {1: (32, 64, 128, 256), 8: (8, 16, 32, 64), 32: (2, 4, 8, 16)}
+
+
 def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
-    """Decode tiles and split counts at 32k, batch 1 and 32; prefill tiles at 4 x 2048."""
+    """K4V4 decode tiles (the default is in the main grid) and split counts at 32k, batch 1, 8 and 32; prefill
+    tiles at 4 x 2048."""
     shape = llama_tkv()
     cases = []
-    for batch_size in (1, 32):
+    for batch_size, splits in SWEEP_SPLITS.items():
         bench = build(shape, [1] * batch_size, [32768] * batch_size, generator)
-        for block_n, warps in ((32, 4), (64, 4), (64, 8), (128, 8)):
-            cases.append(tkv_decode_case(bench, shape, DecodeTiles(block_n, warps)))
-        for splits in ((32, 64, 128, 256) if batch_size == 1 else (1, 2, 4, 8)):
-            cases.append(tkv_decode_case(bench, shape, num_splits=splits))
+        cases += [tkv_decode_case(bench, shape, tiles) for tiles in SWEEP_DECODE_TILES]
+        cases += [tkv_decode_case(bench, shape, num_splits=count) for count in splits]
     prefill_tiles = (PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 32, 8), PrefillTiles(64, 32, 4))
     return cases + prefill_cases(shape, [2048] * 4, generator, prefill_tiles)[1:]
 
@@ -304,13 +381,14 @@ def main() -> int:
         "triton": triton.__version__, "copy_bandwidth_tb_per_s_measured": copy_bandwidth_bytes_per_s() / 1e12,
     }
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
-    decode, speedups = decode_grid(generator)
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    decode, speedups = decode_grid(generator, flush)
     summary |= {"decode": [asdict(r) for r in decode], "speedups": speedups}
     arguments.output.write_text(json.dumps(summary, indent=2))  # kept even if a later part fails
-    others = [measure(case) for case in other_cases(generator)]
+    others = [measure(case, flush) for case in other_cases(generator)]
     summary["others"] = [asdict(r) for r in others]
     arguments.output.write_text(json.dumps(summary, indent=2))
-    sweep = [measure(case) for case in sweep_cases(generator)] if arguments.sweep else []
+    sweep = [measure(case, flush) for case in sweep_cases(generator)] if arguments.sweep else []
     summary["sweep"] = [asdict(r) for r in sweep]
     arguments.output.write_text(json.dumps(summary, indent=2))
     print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}")

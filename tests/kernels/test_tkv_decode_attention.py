@@ -75,8 +75,8 @@ def test_head_dim_16_odd_widths(key_bits, value_bits, device, generator):
 
 
 def test_tiles_reject_bad_shapes():
-    for tiles, message in ((dict(block_n=24), "block_n"), (dict(num_warps=3), "num_warps"),
-                           (dict(num_stages=0), "num_stages")):
+    for tiles, message in (({"block_n": 24}, "block_n"), ({"num_warps": 3}, "num_warps"),
+                           ({"num_stages": 0}, "num_stages")):
         with pytest.raises(ValueError, match=message):
             TkvDecodeTiles(**tiles)
 
