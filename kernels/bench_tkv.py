@@ -7,8 +7,8 @@ an L2 flush, captured in one CUDA graph and replayed, minus a graph of the flush
 which dominates single launches at batch 1 and 8, is not in the number; the host cost of one call is the "wall
 us/call" column). A call that cannot be captured (a host sync) falls back to triton.testing.do_bench. The TKV
 caches are filled by the TKV write kernel from random model-space K/V with random calibration transforms, over
-the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (block_n, warps, pipeline stages)
-and split counts at 32k context, batch 1, 8 and 32.
+the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (block_n, warps, pipeline stages,
+register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32.
 Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep]
 """
 
@@ -72,7 +72,7 @@ BF16_BYTES = 2
 FILL_CHUNK_TOKENS = 65536
 GRAPH_LAUNCHES = 20
 GRAPH_REPLAYS = 7
-L2_FLUSH_BYTES = 256 * 2**20  # over the H200's 50 MiB L2
+L2_FLUSH_BYTES = 128 * 2**20  # over twice the H200's 50 MiB L2
 DEFAULT_DECODE_TILES = TkvDecodeTiles()
 
 
@@ -203,7 +203,8 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
     tokens = int(batch.seq_lens.sum())
     return BenchCase(
         kernel=name,
-        shape=f"{bench.label} n={tiles.block_n} w={tiles.num_warps} s={tiles.num_stages} splits={num_splits or 'auto'}",
+        shape=(f"{bench.label} n={tiles.block_n} w={tiles.num_warps} s={tiles.num_stages}"
+               f"{' prefetch' if tiles.prefetch else ''} splits={num_splits or 'auto'}"),
         run=run, check=check, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
     )
 
@@ -338,21 +339,24 @@ def other_cases(generator: torch.Generator) -> list[BenchCase]:
 
 
 SWEEP_DECODE_TILES = (
-    TkvDecodeTiles(32, 4, 3), TkvDecodeTiles(64, 4, 1), TkvDecodeTiles(64, 4, 2), TkvDecodeTiles(64, 8, 3),
-    TkvDecodeTiles(128, 4, 2), TkvDecodeTiles(128, 8, 3), TkvDecodeTiles(256, 8, 3),
+    TkvDecodeTiles(32, 4, 3), TkvDecodeTiles(64, 4, 1), TkvDecodeTiles(64, 8, 3), TkvDecodeTiles(128, 4, 2),
+    TkvDecodeTiles(128, 8, 3), TkvDecodeTiles(256, 8, 3),
+    TkvDecodeTiles(32, 4, 1, prefetch=True), TkvDecodeTiles(64, 4, 1, prefetch=True),
 )
-SWEEP_SPLITS = {1: (32, 64, 128, 256), 8: (8, 16, 32, 64), 32: (2, 4, 8, 16)}
+SWEEP_TILE_BATCHES = (8, 32)
+SWEEP_SPLITS = {1: (32, 64, 128, 256), 32: (2, 4, 8, 16)}
 
 
 def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
-    """K4V4 decode tiles (the default is in the main grid) and split counts at 32k, batch 1, 8 and 32; prefill
-    tiles at 4 x 2048."""
+    """K4V4 decode at 32k: tile shapes at batch 8 and 32 (the default is in the main grid), split counts at
+    batch 1 and 32; prefill tiles at 4 x 2048."""
     shape = llama_tkv()
     cases = []
-    for batch_size, splits in SWEEP_SPLITS.items():
+    for batch_size in sorted({*SWEEP_TILE_BATCHES, *SWEEP_SPLITS}):
         bench = build(shape, [1] * batch_size, [32768] * batch_size, generator)
-        cases += [tkv_decode_case(bench, shape, tiles) for tiles in SWEEP_DECODE_TILES]
-        cases += [tkv_decode_case(bench, shape, num_splits=count) for count in splits]
+        if batch_size in SWEEP_TILE_BATCHES:
+            cases += [tkv_decode_case(bench, shape, tiles) for tiles in SWEEP_DECODE_TILES]
+        cases += [tkv_decode_case(bench, shape, num_splits=count) for count in SWEEP_SPLITS.get(batch_size, ())]
     prefill_tiles = (PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 32, 8), PrefillTiles(64, 32, 4))
     return cases + prefill_cases(shape, [2048] * 4, generator, prefill_tiles)[1:]
 

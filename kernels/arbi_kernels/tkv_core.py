@@ -225,18 +225,27 @@ def code_channels(HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
-def dequantize_tile(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                    GROUP: tl.constexpr, DTYPE: tl.constexpr):
-    """Decode the head vectors `vectors` [N] in registers: DTYPE [N, D] = zero + code * scale (0 where invalid).
-    In float16 that is one fused multiply-add of exact operands, so one rounding, as in float32 then a cast."""
-    codes = unpack_words(load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM), BITS, HEAD_DIM)  # [N, D]
-    codes = codes_as_floats(tl.reshape(codes, [vectors.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
+def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       GROUP: tl.constexpr):
+    """What decoding the head vectors `vectors` [N] reads: packed words [N, D/8] and fp16 group scales and zeros
+    [N, D/G] (0 where invalid)."""
+    words = load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM)
     groups = tl.arange(0, HEAD_DIM // GROUP)
     metadata_offsets = vectors[:, None] * (HEAD_DIM // GROUP) + groups[None, :]  # [N, D/G]
-    scale = tl.load(scale_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(DTYPE)
-    zero = tl.load(zero_ptr + metadata_offsets, mask=valid[:, None], other=0.0).to(DTYPE)
-    values = zero[:, :, None] + codes * scale[:, :, None]  # [N, D/G, G]
-    return tl.reshape(values, [vectors.shape[0], HEAD_DIM])
+    scale = tl.load(scale_ptr + metadata_offsets, mask=valid[:, None], other=0.0)
+    zero = tl.load(zero_ptr + metadata_offsets, mask=valid[:, None], other=0.0)
+    return words, scale, zero
+
+
+@triton.jit
+def decode_vectors(words, scale, zero, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
+                   DTYPE: tl.constexpr):
+    """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order. In float16 that is one
+    fused multiply-add of exact operands, so one rounding, as in float32 then a cast."""
+    codes = unpack_words(words, BITS, HEAD_DIM)  # [N, D]
+    codes = codes_as_floats(tl.reshape(codes, [words.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
+    values = zero.to(DTYPE)[:, :, None] + codes * scale.to(DTYPE)[:, :, None]  # [N, D/G, G]
+    return tl.reshape(values, [words.shape[0], HEAD_DIM])
 
 
 @triton.jit
@@ -271,13 +280,29 @@ def attend_coded_tile(
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
-    K decoded and scored first, then V decoded and summed, both decoded straight into q's dtype."""
+    K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype."""
     vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
-    k = dequantize_tile(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP,
-                        q.dtype)
+    words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
+                                            HEAD_DIM, GROUP)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION)
-    v = dequantize_tile(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP,
-                        q.dtype)
+    words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
+                                            VALUE_BITS, HEAD_DIM, GROUP)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
+    acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def attend_decoded_tile(
+    q, visible, key_words, key_scale, key_zero, value_words, value_scale, value_zero, m_i, l_i, acc,
+    KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """attend_coded_tile over a tile whose words, scales and zeros were loaded earlier (load_coded_vectors)."""
+    k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
+    m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, True, DOT_PRECISION)
+    v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_i, l_i, acc
 

@@ -37,10 +37,13 @@ from arbi_kernels.decode_attention import (
 from arbi_kernels.tkv_core import (
     TkvLayerTensors,
     attend_coded_tile,
+    attend_decoded_tile,
     attend_sink_tile,
     code_channels,
     compute_precision,
+    load_coded_vectors,
     packed_code_view,
+    paged_slots,
     require_compute_dtype,
     sink_tile_size,
     triton_dtype,
@@ -50,12 +53,15 @@ from arbi_kernels.tkv_core import (
 
 @dataclass(frozen=True)
 class TkvDecodeTiles:
-    """Launch shape of the TKV decode kernel: context tokens per loop step, warps, software-pipeline depth (the
-    code, scale and zero loads of the next `num_stages - 1` tiles are issued while this one is decoded)."""
+    """Launch shape of the TKV decode kernel: context tokens per loop step, warps, Triton's software-pipeline
+    depth (num_stages: its pipeliner stages the block-id and code loads through shared memory), and `prefetch`:
+    the kernel itself loads the next tile's codes, scales and zeros into registers before decoding this one
+    (meant with num_stages=1)."""
 
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 3
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         require_tile_size("block_n", self.block_n)
@@ -77,6 +83,7 @@ def _tkv_decode_partition_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -108,14 +115,42 @@ def _tkv_decode_partition_kernel(
                 key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
             )
 
-    for tile_start in range(split_start, split_end, BLOCK_N):
-        tokens = tile_start + tl.arange(0, BLOCK_N)
+    if PREFETCH:  # tile t+1's codes, scales and zeros load while tile t decodes; block ids two tiles ahead
+        tokens = split_start + tl.arange(0, BLOCK_N)
         coded = (tokens < split_end) & (tokens >= SINK_TOKENS)
-        m_i, l_i, acc = attend_coded_tile(
-            q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-            key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-            True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
-        )
+        vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
+        key_words, key_scale, key_zero = load_coded_vectors(
+            key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP)
+        value_words, value_scale, value_zero = load_coded_vectors(
+            value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP)
+        next_vectors = paged_slots(block_table_row, tokens + BLOCK_N, tokens + BLOCK_N < split_end,
+                                   PAGE_SIZE) * num_kv_heads + kv_head
+        for _ in range(split_start, split_end, BLOCK_N):
+            next_tokens = tokens + BLOCK_N
+            next_coded = (next_tokens < split_end) & (next_tokens >= SINK_TOKENS)
+            next_key_words, next_key_scale, next_key_zero = load_coded_vectors(
+                key_codes_ptr, key_scale_ptr, key_zero_ptr, next_vectors, next_coded, KEY_BITS, HEAD_DIM, GROUP)
+            next_value_words, next_value_scale, next_value_zero = load_coded_vectors(
+                value_codes_ptr, value_scale_ptr, value_zero_ptr, next_vectors, next_coded, VALUE_BITS, HEAD_DIM,
+                GROUP)
+            next_vectors = paged_slots(block_table_row, next_tokens + BLOCK_N, next_tokens + BLOCK_N < split_end,
+                                       PAGE_SIZE) * num_kv_heads + kv_head
+            m_i, l_i, acc = attend_decoded_tile(
+                q, coded[None, :], key_words, key_scale, key_zero, value_words, value_scale, value_zero,
+                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION,
+            )
+            tokens, coded = next_tokens, next_coded
+            key_words, key_scale, key_zero = next_key_words, next_key_scale, next_key_zero
+            value_words, value_scale, value_zero = next_value_words, next_value_scale, next_value_zero
+    else:
+        for tile_start in range(split_start, split_end, BLOCK_N):
+            tokens = tile_start + tl.arange(0, BLOCK_N)
+            coded = (tokens < split_end) & (tokens >= SINK_TOKENS)
+            m_i, l_i, acc = attend_coded_tile(
+                q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+                key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            )
 
     has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
     normalized = acc / tl.where(has_tokens, l_i, 1.0)[:, None]  # [GROUP_PAD, D]
@@ -199,7 +234,8 @@ def tkv_paged_decode_attention(
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
-        DOT_PRECISION=compute_precision(compute_dtype), num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
     )
     if not single_split:
         _decode_merge_kernel[(num_seqs, num_heads)](

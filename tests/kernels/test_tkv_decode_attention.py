@@ -56,6 +56,17 @@ def test_sink_prefix_spans_splits_and_tiles(device, generator):
     _check(batch, batch.query, torch.float32, num_splits=7, tiles=TkvDecodeTiles(block_n=16))
 
 
+@pytest.mark.parametrize(("key_bits", "value_bits", "num_splits", "sink_tokens"), [(4, 4, 3, 20), (3, 8, 1, 0)])
+def test_register_prefetch(key_bits, value_bits, num_splits, sink_tokens, device, generator):
+    """The kernel's own one-tile-ahead loads: splits of several tiles, a sink prefix across tiles, an empty split."""
+    shape = TkvShape(4, 2, 64, 32, key_bits, value_bits, 16, sink_tokens)
+    seq_lens = [1, 20, int(torch.randint(50, 120, (1,), generator=generator))]
+    batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
+    tiles = TkvDecodeTiles(block_n=16, num_stages=1, prefetch=True)
+    for compute_dtype in (torch.float32, torch.float16):
+        _check(batch, batch.query, compute_dtype, num_splits=num_splits, tiles=tiles)
+
+
 def test_head_dim_128_and_16bit_queries(device, generator):
     shape = TkvShape(8, 2, 128, 16, 4, 2, 32, 1)
     batch = random_tkv_batch(shape, [1] * 2, torch.randint(1, 100, (2,), generator=generator).tolist(), device,
