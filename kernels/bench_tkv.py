@@ -204,7 +204,8 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
     return BenchCase(
         kernel=name,
         shape=(f"{bench.label} n={tiles.block_n} w={tiles.num_warps} s={tiles.num_stages}"
-               f"{' prefetch' if tiles.prefetch else ''} splits={num_splits or 'auto'}"),
+               f"{' prefetch' if tiles.prefetch else ''}{f' r{tiles.max_registers}' if tiles.max_registers else ''}"
+               f" splits={num_splits or 'auto'}"),
         run=run, check=check, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
     )
 
@@ -338,10 +339,13 @@ def other_cases(generator: torch.Generator) -> list[BenchCase]:
     return cases
 
 
-SWEEP_DECODE_TILES = (
-    TkvDecodeTiles(32, 4, 3), TkvDecodeTiles(64, 4, 1), TkvDecodeTiles(64, 8, 3), TkvDecodeTiles(128, 4, 2),
-    TkvDecodeTiles(128, 8, 3), TkvDecodeTiles(256, 8, 3),
+SWEEP_DECODE_TILES = (  # registers per thread on sm_90 (ptxas): 110, 124, 110, 124, 176, 96 + spills, 146,
+    # 177, 128 + spills; programs per SM = 65536 / (registers * 32 * warps)
+    TkvDecodeTiles(32, 4, 3), TkvDecodeTiles(64, 4, 1), TkvDecodeTiles(64, 8, 3), TkvDecodeTiles(128, 8, 3),
+    TkvDecodeTiles(256, 8, 3), TkvDecodeTiles(64, 4, 3, max_registers=96),
     TkvDecodeTiles(32, 4, 1, prefetch=True), TkvDecodeTiles(64, 4, 1, prefetch=True),
+    TkvDecodeTiles(32, 4, 1, prefetch=True, max_registers=128),
+    TkvDecodeTiles(64, 4, 1, prefetch=True, max_registers=128),
 )
 SWEEP_TILE_BATCHES = (8, 32)
 SWEEP_SPLITS = {1: (32, 64, 128, 256), 32: (2, 4, 8, 16)}

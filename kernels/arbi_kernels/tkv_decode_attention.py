@@ -56,18 +56,22 @@ class TkvDecodeTiles:
     """Launch shape of the TKV decode kernel: context tokens per loop step, warps, Triton's software-pipeline
     depth (num_stages: its pipeliner stages the block-id and code loads through shared memory), and `prefetch`:
     the kernel itself loads the next tile's codes, scales and zeros into registers before decoding this one
-    (meant with num_stages=1)."""
+    (meant with num_stages=1). max_registers caps registers per thread (ptxas spills the rest) so that more
+    programs fit an SM: None lets the compiler choose."""
 
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 3
     prefetch: bool = False
+    max_registers: int | None = None
 
     def __post_init__(self) -> None:
         require_tile_size("block_n", self.block_n)
         require_num_warps(self.num_warps)
         if self.num_stages < 1:
             raise ValueError(f"num_stages: must be >= 1, got {self.num_stages}")
+        if self.max_registers is not None and not 24 <= self.max_registers <= 255:
+            raise ValueError(f"max_registers: must be in [24, 255] or None, got {self.max_registers}")
 
 
 @triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
@@ -235,7 +239,7 @@ def tkv_paged_decode_attention(
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
         DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages,
+        num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
     )
     if not single_split:
         _decode_merge_kernel[(num_seqs, num_heads)](

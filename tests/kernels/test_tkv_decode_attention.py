@@ -62,7 +62,7 @@ def test_register_prefetch(key_bits, value_bits, num_splits, sink_tokens, device
     shape = TkvShape(4, 2, 64, 32, key_bits, value_bits, 16, sink_tokens)
     seq_lens = [1, 20, int(torch.randint(50, 120, (1,), generator=generator))]
     batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
-    tiles = TkvDecodeTiles(block_n=16, num_stages=1, prefetch=True)
+    tiles = TkvDecodeTiles(block_n=16, num_stages=1, prefetch=True, max_registers=128)
     for compute_dtype in (torch.float32, torch.float16):
         _check(batch, batch.query, compute_dtype, num_splits=num_splits, tiles=tiles)
 
@@ -87,7 +87,7 @@ def test_head_dim_16_odd_widths(key_bits, value_bits, device, generator):
 
 def test_tiles_reject_bad_shapes():
     for tiles, message in (({"block_n": 24}, "block_n"), ({"num_warps": 3}, "num_warps"),
-                           ({"num_stages": 0}, "num_stages")):
+                           ({"num_stages": 0}, "num_stages"), ({"max_registers": 300}, "max_registers")):
         with pytest.raises(ValueError, match=message):
             TkvDecodeTiles(**tiles)
 
