@@ -184,9 +184,10 @@ def tkv_paged_decode_attention(
     seq_lens[b] positions of `layer`'s TKV pools (the new token already written by write_tkv_cache).
 
     query: q' = (H q) / s_k in float32, float16 or bfloat16; block_tables [B, max_blocks] int32; seq_lens [B]
-    int32 (0 gives a zero row). max_seq_len / num_splits / tiles: as paged_decode_attention (pass both to make
-    no host sync, e.g. under a CUDA graph). compute_dtype: the dtype decoded tiles and q' enter the dots in
-    (float16: tensor cores, float32: exact products, slow).
+    int32 (0 gives a zero row). max_seq_len / num_splits: as paged_decode_attention (pass both to make no host
+    sync, e.g. under a CUDA graph). tiles: the launch shape (TkvDecodeTiles; bench_tkv.py --sweep times others).
+    compute_dtype: the dtype decoded tiles and q' enter the dots in (float16: tensor cores, float32: exact
+    products, slow).
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
     require_compute_dtype(compute_dtype)
