@@ -8,6 +8,7 @@ from arbi_kernels.tkv_testing import assert_same_encoding
 
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.kv_codec import torch_attention
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 from arbi_grpc.kv_codec.triton_attention import (
     TkvTritonPagedAttention,
@@ -31,7 +32,7 @@ def _calibration(generator: torch.Generator) -> TkvCalibration:
     )
 
 
-def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, generator):
+def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, generator, monkeypatch):
     calibration = _calibration(generator)
     caches = [TkvPagedKVCache(calibration, num_blocks=12, block_size=BLOCK_SIZE, device=device) for _ in range(2)]
     backends = (TkvTritonPagedAttention(compute_dtype=torch.float32), TkvTorchPagedAttention.for_device(device))
@@ -52,7 +53,12 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
         key = torch.randn((num_tokens, NUM_KV_HEADS, HEAD_DIM), generator=generator).to(device)
         value = torch.randn((num_tokens, NUM_KV_HEADS, HEAD_DIM), generator=generator).to(device)
         for layer in range(2):
-            outputs = [backend.forward(layer, query, key, value, metadata, cache)
-                       for backend, cache in zip(backends, caches)]
-            torch.testing.assert_close(outputs[0], outputs[1], atol=1e-4, rtol=1e-4)
+            triton_output = backends[0].forward(layer, query, key, value, metadata, caches[0])
+            backends[1].forward(layer, query, key, value, metadata, caches[1])
             assert_same_encoding(caches[0].layer(layer), caches[1].layer(layer))
+            # Attention is compared over the same codes: the torch backend reads the Triton-written cache (its
+            # write skipped), since near-ties may encode a few groups one step apart (assert_same_encoding).
+            with monkeypatch.context() as patch:
+                patch.setattr(torch_attention, "write_tokens", lambda *args: None)
+                reference = backends[1].forward(layer, query, key, value, metadata, caches[0])
+            torch.testing.assert_close(triton_output, reference, atol=1e-4, rtol=1e-4)
