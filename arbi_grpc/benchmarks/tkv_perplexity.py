@@ -73,9 +73,10 @@ class Setting:
             raise SystemExit(f"setting {text!r}: expected fp32, bundle or KxVy (like K4V4), optionally @DIR")
         return cls(text, "tkv", f"{match[1]}/{match[2]}", bundle_dir)
 
-    def engine_config(self, model: str) -> EngineConfig:
-        return EngineConfig(model=model, dtype="float32", kv_cache_dtype=self.kv_cache_dtype, kv_bits=self.kv_bits,
-                            kv_calibration=self.kv_calibration, enable_prefix_cache=False,
+    def engine_config(self, model: str, device: str) -> EngineConfig:
+        """fp32 weights on `device` (its default attention backend: torch on cpu, triton on cuda)."""
+        return EngineConfig(model=model, device=device, dtype="float32", kv_cache_dtype=self.kv_cache_dtype,
+                            kv_bits=self.kv_bits, kv_calibration=self.kv_calibration, enable_prefix_cache=False,
                             kv_cache_memory_mib=256)
 
 
@@ -135,9 +136,9 @@ def greedy_generations(served: ServedModel, prompts: tuple[str, ...] = GREEDY_PR
     return generations
 
 
-def measure(setting: Setting, model: str, wikitext: Path, num_windows: int, greedy: bool) -> dict:
+def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windows: int, greedy: bool) -> dict:
     started = time.perf_counter()
-    served = build_served_model(setting.engine_config(model))
+    served = build_served_model(setting.engine_config(model, device))
     try:
         row = {
             "setting": setting.name,
@@ -161,6 +162,7 @@ def _common_prefix(first: tuple[int, ...], second: tuple[int, ...]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--device", default="cpu", help="cpu (torch backends) or cuda (Triton backends)")
     parser.add_argument("--wikitext", type=Path, default=DEFAULT_WIKITEXT)
     parser.add_argument("--bundle", type=Path, help="TKV calibration bundle for settings without @DIR")
     parser.add_argument("--settings", nargs="+", default=["fp32", "K8V8", "K4V4", "K3V3"])
@@ -171,7 +173,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = [Setting.parse(text, args.bundle) for text in args.settings]
     greedy_names = set(args.greedy_settings) | ({"fp32"} if args.greedy_settings else set())
-    rows = [measure(s, args.model, args.wikitext, args.windows, s.name in greedy_names) for s in settings]
+    rows = [measure(s, args.model, args.device, args.wikitext, args.windows, s.name in greedy_names) for s in settings]
     reference = next((row for row in rows if row["setting"] == "fp32"), None)
     print("| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = fp32 | tokens before divergence |\n"
           "|---|---|---|---|---|---|---|")
