@@ -77,6 +77,7 @@ def main() -> None:
                 sink_tokens=sink,
             )
             record({"name": f"K{key_bits}V{value_bits}", "calibration": "wikitext second half",
+                    "calibration_windows": args.calibration_windows,
                     "group_size": args.group_size, "sink_tokens": sink, "avg_bits": calibration.average_bits(),
                     "ppl": _perplexity(study, test, calibration)})
     for bundle in args.bundle:
