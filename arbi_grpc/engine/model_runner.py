@@ -63,7 +63,9 @@ class ModelRunner:
     def execute(self, step: ScheduledStep) -> StepResult:
         layout = self._lay_out(step.chunks)
         if self._replays_graph(step.chunks):
-            logits = self.decode_graphs.run(self._decode_batch(layout))[layout.logit_rows]  # [N, V] float32
+            logits = self.decode_graphs.run(self._decode_batch(layout))  # [B, V] float32, one row per sequence
+            if layout.logit_rows != list(range(logits.shape[0])):  # a chunk that samples nothing (mid-prompt)
+                logits = logits[layout.logit_rows]
         else:
             metadata = AttentionMetadata.build(
                 query_lens=layout.query_lens, seq_lens=layout.seq_lens, block_tables=layout.block_tables,
