@@ -117,6 +117,11 @@ class EngineConfig:
         parse_kv_bits(self.kv_bits)
 
     @property
+    def cuda_graph_batch(self) -> int:
+        """The largest decode batch captured as a CUDA graph: none is needed beyond the running batch limit."""
+        return min(self.cuda_graph_max_batch, self.max_running_requests)
+
+    @property
     def kv_bits_pair(self) -> tuple[int, int] | None:
         """--kv-bits as (key_bits, value_bits), None when the bundle's per-layer bits apply."""
         return parse_kv_bits(self.kv_bits)

@@ -118,7 +118,7 @@ def build_runner(
     returns it and the bytes the capture kept reserved (0 without graphs). Capture before profiling memory:
     a capture empties the allocator's cache."""
     runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device)
-    graph_batch = min(config.cuda_graph_max_batch, config.max_running_requests)
+    graph_batch = config.cuda_graph_batch
     if kv_cache.device.type != "cuda" or graph_batch == 0 or not backend.cuda_graph_safe:
         return runner, 0
     graph_bytes = reserved_growth(lambda: runner.capture_decode_graphs(graph_batch, max_model_len), kv_cache.device)

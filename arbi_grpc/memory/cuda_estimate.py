@@ -53,16 +53,11 @@ def cuda_forward_bytes(model: ModelConfig, dtype: str, tokens: int, longest_prom
     return CUDA_RESIDUAL_COPIES * tokens * model.hidden_size * element + max(mlp, attention)
 
 
-def graph_max_batch(config: EngineConfig) -> int:
-    """The largest captured decode batch: no graph is needed beyond the running batch limit."""
-    return min(config.cuda_graph_max_batch, config.max_running_requests)
-
-
 def cuda_graph_pool_bytes(model: ModelConfig, config: EngineConfig) -> int:
     """What capturing the decode graphs reserves: the logits every graph keeps, the largest batch's transients
     (the larger of its forward pass and its logits in the model's dtype before the cast), and the cuBLAS
     workspaces of the warm-up and capture streams."""
-    sizes = graph_batch_sizes(graph_max_batch(config))
+    sizes = graph_batch_sizes(config.cuda_graph_batch)
     if not sizes:
         return 0
     largest = sizes[-1]

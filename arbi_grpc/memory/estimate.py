@@ -27,7 +27,6 @@ from arbi_grpc.memory.cuda_estimate import (
     allocator_slack_bytes,
     cuda_forward_bytes,
     cuda_graph_pool_bytes,
-    graph_max_batch,
     rope_table_bytes,
 )
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
@@ -118,7 +117,7 @@ def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPla
         ),
     ]
     if config.device == "cuda":
-        graph_batches = graph_batch_sizes(graph_max_batch(config))
+        graph_batches = graph_batch_sizes(config.cuda_graph_batch)
         components += [
             cuda_graphs_component(
                 cuda_graph_pool_bytes(model, config),

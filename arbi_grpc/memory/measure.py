@@ -28,7 +28,6 @@ from arbi_grpc.memory.budget import (
     kv_cache_component,
     weights_component,
 )
-from arbi_grpc.memory.cuda_estimate import graph_max_batch
 from arbi_grpc.memory.estimate import codec_detail, step_detail
 from arbi_grpc.memory.kv_pool import KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
@@ -107,7 +106,7 @@ def _cuda_components(
     """CUDA graphs as given, and the allocator's reserved bytes beyond every other component."""
     graphs = cuda_graphs_component(
         cuda_graph_bytes,
-        f"decode batches up to {graph_max_batch(config)}: the allocator's reserved memory grew this much at capture"
+        f"decode batches up to {config.cuda_graph_batch}: the allocator's reserved memory grew this much at capture"
         if cuda_graph_bytes else "no CUDA graph captured",
     )
     reserved = torch.cuda.memory_reserved(device)

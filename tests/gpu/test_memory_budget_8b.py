@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.engine.cuda_graphs import DecodeGraphs
 from arbi_grpc.memory.budget import MemoryBudget
-from arbi_grpc.memory.cuda_estimate import graph_max_batch
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
@@ -80,7 +79,7 @@ def _boot(shape: str, config: EngineConfig) -> tuple[MemoryBudget, MemoryBudget,
     kv_cache = build_kv_cache(config, model_config, kv_pool.num_blocks)
     graph_bytes = 0
     if config.cuda_graph_max_batch:  # captured before the profile: a capture empties the allocator's cache
-        decode_graphs = DecodeGraphs(model, kv_cache, max_batch=graph_max_batch(config),
+        decode_graphs = DecodeGraphs(model, kv_cache, max_batch=config.cuda_graph_batch,
                                      max_model_len=kv_pool.max_model_len)
         graph_bytes = reserved_growth(decode_graphs.capture, kv_cache.device)
     measured = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes)

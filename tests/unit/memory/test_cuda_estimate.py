@@ -13,7 +13,6 @@ from arbi_grpc.memory.budget import MemoryLimit
 from arbi_grpc.memory.cuda_estimate import (
     cuda_forward_bytes,
     cuda_graph_pool_bytes,
-    graph_max_batch,
 )
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
@@ -57,7 +56,7 @@ def test_graph_pool_follows_the_captured_batches() -> None:
     # Every captured graph keeps its float32 logits: 1 + 2 + 4 + 8 + 16 + ... + 256 rows for batches up to 256.
     assert pools[-1] >= sum(graph_batch_sizes(256)) * model.vocab_size * 4
     capped = dataclasses.replace(config, cuda_graph_max_batch=256, max_running_requests=64)
-    assert graph_max_batch(capped) == 64
+    assert capped.cuda_graph_batch == 64
     assert cuda_graph_pool_bytes(model, capped) == pools[2]
 
 
