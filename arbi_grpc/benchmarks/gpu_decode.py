@@ -272,11 +272,11 @@ def bench_hf(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidt
             try:
                 for _ in range(2):  # the first run compiles (static cache)
                     model.generate(prompts, **kwargs)
-                elapsed, output = _timed(lambda: model.generate(prompts, **kwargs))
+                elapsed, output = _timed(model.generate, prompts, **kwargs)
                 # Decode alone: the same call minus one that stops after the first token (the prefill).
                 first_only = {**kwargs, "max_new_tokens": 1, "min_new_tokens": 1}
                 model.generate(prompts, **first_only)
-                prefill_elapsed, _ = _timed(lambda: model.generate(prompts, **first_only))
+                prefill_elapsed, _ = _timed(model.generate, prompts, **first_only)
             except Exception as error:  # a configuration HF cannot run is reported, not fatal to the table
                 print(f"HF {shape} batch {batch} {cache}: failed: {type(error).__name__}: {error}", flush=True)
                 continue
@@ -295,10 +295,11 @@ def bench_hf(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidt
     return rows
 
 
-def _timed(call):
+def _timed(call, *args, **kwargs):
+    """(seconds, result) of call(*args, **kwargs), the GPU synchronised before and after."""
     torch.cuda.synchronize()
     started = time.monotonic()
-    result = call()
+    result = call(*args, **kwargs)
     torch.cuda.synchronize()
     return time.monotonic() - started, result
 
