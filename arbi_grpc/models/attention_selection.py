@@ -43,13 +43,7 @@ def select_attention_backend(config: EngineConfig) -> AttentionBackend:
 
 
 def _select_tkv_backend(config: EngineConfig) -> AttentionBackend:
-    """The TKV backend: the torch reference on "torch", the Triton kernels on "triton". CPU only for now."""
-    if config.device == "cuda":
-        raise NotImplementedError(
-            "kv_cache_dtype 'tkv' on cuda: not served yet. The Triton TKV prefill kernel fails its H200 tests at "
-            "head_dim 128 (tests/gpu/test_tkv_real_shapes.py) and the torch TKV backend is not validated on a GPU; "
-            "serve TKV on --device cpu, or bfloat16 KV on cuda"
-        )
+    """The TKV backend: the torch reference on "torch", the Triton kernels on "triton" (the default on cuda)."""
     if config.attention_backend == "torch":
         from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 

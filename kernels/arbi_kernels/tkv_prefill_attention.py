@@ -46,6 +46,13 @@ def default_tkv_prefill_tiles(head_dim: int) -> PrefillTiles:
     return PrefillTiles(block_m=64, block_n=64 if head_dim <= 128 else 32, num_warps=8)
 
 
+def prefill_sink_tile_size(sink_tokens: int, tiles: PrefillTiles) -> int:
+    """Keys in the sink tile: at least a whole key tile. On sm_90 (Triton 3.6) a [64, 16] score tile over 8 warps
+    (two warpgroups splitting 16 columns) miscompiled: wrong outputs at head_dim 128, an illegal address at 64,
+    while the same kernel with a full-width sink tile or 4 warps was exact (H200, 2026-11-29)."""
+    return max(sink_tile_size(sink_tokens), tiles.block_n)
+
+
 @triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
 def _tkv_prefill_kernel(
     q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
@@ -191,7 +198,7 @@ def tkv_paged_prefill_attention(
         softmax_scale * LOG2_E, num_heads // num_kv_heads, num_kv_heads,
         query.stride(0), query.stride(1), block_tables.stride(0), output.stride(0), output.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
-        SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens), HEAD_DIM=head_dim,
+        SINK_TOKENS=layer.sink_tokens, SINK_PAD=prefill_sink_tile_size(layer.sink_tokens, tiles), HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         COMPUTE_DTYPE=triton_dtype(compute_dtype), DOT_PRECISION=compute_precision(compute_dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,

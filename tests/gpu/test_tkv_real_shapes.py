@@ -14,6 +14,7 @@ from arbi_kernels import (
     tkv_transform_queries,
     write_tkv_cache,
 )
+from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_reference import (
     tkv_paged_decode_attention_reference,
     tkv_paged_prefill_attention_reference,
@@ -57,13 +58,6 @@ def _prefill(batch: TkvBatch) -> None:
                  batch.softmax_scale)
     actual = tkv_paged_prefill_attention(*arguments)
     assert_tkv_close(actual, tkv_paged_prefill_attention_reference(*arguments), torch.float16)
-
-
-PREFILL_HEAD_DIM_128_BUG = pytest.mark.xfail(
-    reason="TKV prefill at head_dim 128 gave wrong outputs on the H200 (2026-11-29: 6 failures here, NaN tokens "
-           "through the engine); open, TKV on CUDA is refused until it passes",
-    strict=False,
-)
 
 
 @pytest.mark.parametrize(
@@ -140,9 +134,7 @@ def test_decode_replays_in_a_cuda_graph(device, generator):
 
 @pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)
 def test_prefill_ragged_batch_with_cached_prefixes(head_dim, group_size, page_size, key_bits, value_bits, device,
-                                                   generator, request):
-    if head_dim == 128:
-        request.applymarker(PREFILL_HEAD_DIM_128_BUG)
+                                                   generator):
     query_lens = [1, *torch.randint(2, 1025, (3,), generator=generator, device=device).tolist()]
     prefixes = [0, *torch.randint(0, 3001, (3,), generator=generator, device=device).tolist()]
     seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
@@ -151,15 +143,26 @@ def test_prefill_ragged_batch_with_cached_prefixes(head_dim, group_size, page_si
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_prefill_long_prompt_and_long_prefix(head_dim, device, generator, request):
+def test_prefill_long_prompt_and_long_prefix(head_dim, device, generator):
     """A 4k-token prompt from scratch next to a 1k-token chunk extending a 31k-token cached prefix."""
-    if head_dim == 128:
-        request.applymarker(PREFILL_HEAD_DIM_128_BUG)
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, 4, 4, 32, sink_tokens=1)
     _prefill(random_tkv_batch(shape, [4096, 1024], [4096, 32768], device, generator))
 
 
-@PREFILL_HEAD_DIM_128_BUG
+@pytest.mark.parametrize("tiles", [PrefillTiles(64, 64, 8), PrefillTiles(64, 64, 4), PrefillTiles(32, 64, 8),
+                                   PrefillTiles(64, 32, 4), PrefillTiles(16, 16, 4), PrefillTiles(64, 16, 8)])
+@pytest.mark.parametrize(("head_dim", "sink_tokens"), [(64, 1), (128, 1), (128, 4), (128, 0)])
+def test_prefill_every_tile_shape_with_and_without_sinks(tiles, head_dim, sink_tokens, device, generator):
+    """Regression: 8 warps over a 64-row tile miscompiled the 16-key sink tile (wrong outputs at D=128, an illegal
+    address at D=64); the sink tile now spans a whole key tile (prefill_sink_tile_size)."""
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, 4, 4, 32, sink_tokens=sink_tokens)
+    batch = random_tkv_batch(shape, [1, 300, 700], [1, 1300, 700], device, generator)
+    arguments = (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
+                 batch.softmax_scale)
+    actual = tkv_paged_prefill_attention(*arguments, tiles=tiles)
+    assert_tkv_close(actual, tkv_paged_prefill_attention_reference(*arguments), torch.float16)
+
+
 def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
     """Llama-3-8B's attention shape (32 q heads, 8 kv heads, D 128) over a prompt step, then decode steps."""
     num_heads, num_kv_heads, head_dim, block_size = 32, 8, 128, 16

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
@@ -18,7 +19,14 @@ def test_flashinfer_is_refused_with_its_boundary() -> None:
         select_attention_backend(EngineConfig(device="cuda", attention_backend="flashinfer"))
 
 
-def test_tkv_on_cuda_is_refused_with_its_boundary() -> None:
+def test_tkv_on_cuda_defaults_to_the_triton_kernels() -> None:
+    from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention
+
     config = EngineConfig(device="cuda", kv_cache_dtype="tkv", kv_calibration="bundle")
-    with pytest.raises(NotImplementedError, match="kv_cache_dtype 'tkv' on cuda: not served yet"):
+    assert isinstance(select_attention_backend(config), TkvTritonPagedAttention)
+
+
+def test_a_backend_that_cannot_read_tkv_is_refused() -> None:
+    config = EngineConfig(device="cuda", kv_cache_dtype="tkv", kv_calibration="bundle", attention_backend="flashinfer")
+    with pytest.raises(InvalidArgumentError, match="'flashinfer' cannot read a TKV cache"):
         select_attention_backend(config)
