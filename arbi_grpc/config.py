@@ -53,6 +53,10 @@ class EngineConfig:
         256, "largest prefill chunk of one request per step while others wait (fairness)"
     )
     enable_prefix_cache: bool = setting(True, "reuse the KV blocks of cached prompt prefixes")
+    overlap_steps: bool = setting(
+        True, "launch each engine step before reading the previous one's tokens, so the device never waits "
+              "for the host's bookkeeping (outputs are the same either way)"
+    )
     max_waiting_requests: int = setting(256, "waiting queue bound; beyond it requests get RESOURCE_EXHAUSTED")
     default_max_output_tokens: int = setting(1024, "output length of requests that set none")
     torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")

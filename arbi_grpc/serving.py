@@ -150,4 +150,5 @@ def assemble_engine(
         output_processor=OutputProcessor(eos_token_ids, max_model_len),
         max_waiting_requests=config.max_waiting_requests,
         observer=observer,
+        overlap_steps=config.overlap_steps,
     )

@@ -3,7 +3,8 @@ captured once at boot for bucketed batch sizes and replayed every decode step.
 
 A replay costs one graph launch instead of hundreds of kernel launches from Python. Inputs live in static
 device buffers that each step overwrites; a batch is padded up to the next captured size with rows that
-write nowhere (slot -1) and attend to nothing (context length 0).
+write nowhere (slot -1) and attend to nothing (context length 0). Input ids sampled by the previous step are
+copied on the device (`CarriedTokens`), so a replay can be queued before the host has read them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.graph_batches import graph_batch_sizes
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.decoder import CausalLM
@@ -32,6 +34,21 @@ class DecodeBatch:
     slots: list[int]
     seq_lens: list[int]
     block_tables: list[list[int]]
+    carried: CarriedTokens | None = None  # input ids still on the device (their `input_ids` are placeholders)
+
+
+class _Staging:
+    """Pinned host buffers of one step's inputs, and an event recorded once their copies to the device ran."""
+
+    def __init__(self, max_batch: int, max_blocks: int) -> None:
+        self.vectors_tensor = torch.zeros(3, max_batch, dtype=torch.int64).pin_memory()
+        self.vectors = self.vectors_tensor.numpy()  # input ids, positions, slots
+        self.seq_lens_tensor = torch.zeros(max_batch, dtype=torch.int32).pin_memory()
+        self.seq_lens = self.seq_lens_tensor.numpy()
+        self.tables_tensor = torch.zeros(max_batch * max_blocks, dtype=torch.int32).pin_memory()
+        self.tables = self.tables_tensor.numpy()
+        self.copied = torch.cuda.Event()
+        self.copied.record()
 
 
 class DecodeGraphs:
@@ -52,12 +69,9 @@ class DecodeGraphs:
         self._seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
         self._block_tables = torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
         self._query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
-        self._staged_vectors_tensor = torch.zeros(3, max_batch, dtype=torch.int64).pin_memory()
-        self._staged_vectors = self._staged_vectors_tensor.numpy()  # input ids, positions, slots
-        self._staged_seq_lens_tensor = torch.zeros(max_batch, dtype=torch.int32).pin_memory()
-        self._staged_seq_lens = self._staged_seq_lens_tensor.numpy()
-        self._staged_tables_tensor = torch.zeros(max_batch * max_blocks, dtype=torch.int32).pin_memory()
-        self._staged_tables = self._staged_tables_tensor.numpy()
+        # Two sets, used in turn: a step stages its inputs while the previous step's copies may still be queued.
+        self._stagings = (_Staging(max_batch, max_blocks), _Staging(max_batch, max_blocks))
+        self._num_runs = 0
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._logits: dict[int, Tensor] = {}
 
@@ -93,11 +107,14 @@ class DecodeGraphs:
         batch_size = next((size for size in self.batch_sizes if size >= num_seqs), None)
         if batch_size is None or batch_size not in self._graphs:
             raise ValueError(f"no captured decode graph holds {num_seqs} sequences (largest {self.max_batch})")
-        # One host-to-device copy per buffer from pinned staging memory (reused: every step ends by reading its
-        # sampled tokens, so the previous step's copies have completed). Padding rows write to slot -1 and
-        # attend to nothing; only the block-table columns in use are refreshed (kernels read a row's blocks
-        # below its context length only).
-        vectors, seq_lens = self._staged_vectors, self._staged_seq_lens
+        # One host-to-device copy per buffer from pinned staging memory. A staging set is rewritten only once
+        # its previous copies ran (two sets: with overlapped steps the last step's copies may still be queued).
+        # Padding rows write to slot -1 and attend to nothing; only the block-table columns in use are
+        # refreshed (kernels read a row's blocks below its context length only).
+        staging = self._stagings[self._num_runs % 2]
+        self._num_runs += 1
+        staging.copied.synchronize()
+        vectors, seq_lens = staging.vectors, staging.seq_lens
         vectors[:, :batch_size] = _PADDING[:, None]
         vectors[0, :num_seqs] = batch.input_ids
         vectors[1, :num_seqs] = batch.positions
@@ -105,17 +122,20 @@ class DecodeGraphs:
         seq_lens[:batch_size] = 0
         seq_lens[:num_seqs] = batch.seq_lens
         width = max(len(table) for table in batch.block_tables)
-        tables = self._staged_tables[: num_seqs * width].reshape(num_seqs, width)
+        tables = staging.tables[: num_seqs * width].reshape(num_seqs, width)
         for row, table in enumerate(batch.block_tables):
             tables[row, : len(table)] = table
-        staged = self._staged_vectors_tensor[:, :batch_size]
+        staged = staging.vectors_tensor[:, :batch_size]
         self._input_ids[:batch_size].copy_(staged[0], non_blocking=True)
         self._positions[:batch_size].copy_(staged[1], non_blocking=True)
         self._slots[:batch_size].copy_(staged[2], non_blocking=True)
-        self._seq_lens[:batch_size].copy_(self._staged_seq_lens_tensor[:batch_size], non_blocking=True)
+        self._seq_lens[:batch_size].copy_(staging.seq_lens_tensor[:batch_size], non_blocking=True)
         self._block_tables[:num_seqs, :width].copy_(
-            self._staged_tables_tensor[: num_seqs * width].view(num_seqs, width), non_blocking=True
+            staging.tables_tensor[: num_seqs * width].view(num_seqs, width), non_blocking=True
         )
+        staging.copied.record()
+        if batch.carried is not None:
+            batch.carried.write_into(self._input_ids)
         self._graphs[batch_size].replay()
         return self._logits[batch_size][:num_seqs]
 

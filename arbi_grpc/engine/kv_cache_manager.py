@@ -37,7 +37,8 @@ class KVCacheManager:
         namespace = sequence.cache_namespace
         if self.prefix_cache is None or namespace is None or sequence.num_computed_tokens:
             return 0
-        max_blocks = (len(sequence.token_ids) - 1) // self.block_size
+        # Only blocks of tokens the host holds (a token in flight is not among them) and never the last token.
+        max_blocks = min(sequence.num_tokens - 1, len(sequence.token_ids)) // self.block_size
         sequence.block_table, sequence.block_hashes = self.prefix_cache.match(
             namespace, sequence.token_ids, max_blocks
         )
@@ -48,12 +49,13 @@ class KVCacheManager:
         """Makes the block table hold `num_tokens` tokens; False (no change) when blocks run out."""
         return self.blocks.grow(sequence.block_table, num_tokens)
 
-    def index_full_blocks(self, sequence: Sequence) -> None:
-        """Registers blocks that the last step filled, so later requests can reuse them."""
+    def index_full_blocks(self, sequence: Sequence, num_tokens: int) -> None:
+        """Registers the blocks full within the first `num_tokens` tokens (the KV a step has written and whose
+        token ids the host holds), so later requests can reuse them."""
         namespace = sequence.cache_namespace
         if self.prefix_cache is None or namespace is None:
             return
-        num_full = sequence.num_computed_tokens // self.block_size
+        num_full = num_tokens // self.block_size
         for index in range(len(sequence.block_hashes), num_full):
             hashes = sequence.block_hashes
             parent = hashes[-1] if hashes else self.prefix_cache.root_hash(namespace)

@@ -4,6 +4,10 @@ Owns the model, its paged KV cache, the sampler and, on CUDA, the captured decod
 lays out input ids, positions and KV slots; for chunks that reach the end of their sequence it samples the
 next token, and for prompt positions of requests that asked for them it computes prompt log-probabilities.
 A step where every sequence brings one token replays a CUDA graph when one was captured for its size.
+
+`launch` queues a step on the device and returns without waiting for it; a token that the previous launched
+step sampled and the host has not read yet is taken from that step's device tensor. `LaunchedStep.result()`
+waits for the step's one device-to-host copy.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
+from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.cuda_graphs import DecodeBatch, DecodeGraphs
-from arbi_grpc.engine.sampler import Sampler, prompt_logprobs as score_prompt
+from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
+from arbi_grpc.engine.sampler import Sampler, SampleInFlight, prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.request import TokenOutput
 from arbi_grpc.engine.sequence import Sequence
@@ -29,9 +36,42 @@ class StepResult:
     prompt_logprobs: dict[Sequence, list[float]]
 
 
+class LaunchedStep:
+    """A step queued on the device: its sampled tokens stay there (`sampled_rows` says whose row is which)
+    until `result()` reads them."""
+
+    def __init__(self, sequences: list[Sequence], sample: SampleInFlight | None,
+                 prompt_logprobs: dict[Sequence, list[float]]) -> None:
+        self.sampled_rows = {sequence: row for row, sequence in enumerate(sequences)}
+        self._sequences = sequences
+        self._sample = sample
+        self._prompt_logprobs = prompt_logprobs
+
+    @property
+    def sampled_token_ids(self) -> Tensor:
+        """[S] int64 on the device, row `sampled_rows[sequence]` for each sequence that sampled."""
+        if self._sample is None:
+            raise ValueError("this step sampled no token")
+        return self._sample.token_ids
+
+    def result(self) -> StepResult:
+        """Waits for the step's device-to-host copy and returns the tokens and log-probabilities."""
+        sampled: dict[Sequence, TokenOutput] = {}
+        if self._sample is not None:
+            result = self._sample.result()
+            for i, sequence in enumerate(self._sequences):
+                sampled[sequence] = TokenOutput(
+                    token_id=result.token_ids[i],
+                    logprob=result.logprobs[i],
+                    top_logprobs=tuple(result.top_logprobs[i]),
+                )
+        return StepResult(sampled, self._prompt_logprobs)
+
+
 @dataclass(frozen=True)
 class _BatchLayout:
-    input_ids: list[int]  # [T]
+    input_ids: list[int]  # [T]; a carried row holds a placeholder
+    carried_rows: list[tuple[int, Sequence]]  # (row, sequence) whose input id the previous step sampled
     query_lens: list[int]  # [B] new tokens per chunk
     seq_lens: list[int]  # [B] context length after the step
     block_tables: list[list[int]]  # [B] block ids
@@ -60,48 +100,63 @@ class ModelRunner:
         self.decode_graphs = graphs
 
     @torch.inference_mode()
-    def execute(self, step: ScheduledStep) -> StepResult:
+    def launch(self, step: ScheduledStep, previous: LaunchedStep | None) -> LaunchedStep:
+        """Queues the forward pass and sampling of `step`; `previous` is the launched step whose tokens the
+        host has not read yet (None when every input token is on the host)."""
         layout = self._lay_out(step.chunks)
+        carried = self._carried(layout, previous)
         if self._replays_graph(step.chunks):
-            logits = self.decode_graphs.run(self._decode_batch(layout))  # [B, V] float32, one row per sequence
-            if layout.logit_rows != list(range(logits.shape[0])):  # a chunk that samples nothing (mid-prompt)
-                logits = logits[layout.logit_rows]
+            decode = self._decode_batch(layout, carried)
+            # [B, V] float32, one row per sequence; a chunk mid-prompt samples nothing and drops out.
+            logits = _select_rows(self.decode_graphs.run(decode), layout.logit_rows)
         else:
             metadata = AttentionMetadata.build(
                 query_lens=layout.query_lens, seq_lens=layout.seq_lens, block_tables=layout.block_tables,
                 block_size=self.block_size, device=self.device,
             )
-            input_ids = torch.tensor(layout.input_ids, dtype=torch.int64, device=self.device)
+            input_ids = tensor_on_device_no_sync(layout.input_ids, torch.int64, self.device)
+            if carried is not None:
+                carried.write_into(input_ids)
             positions = token_positions(layout.query_lens, layout.seq_lens, self.device)
             hidden = self.model(input_ids, positions, metadata, self.kv_cache)
-            logits = self.model.compute_logits(hidden[layout.logit_rows])  # [N, V] float32
-        sampled: dict[Sequence, TokenOutput] = {}
+            logits = self.model.compute_logits(_select_rows(hidden, layout.logit_rows))  # [N, V] float32
+        sequences = [chunk.sequence for chunk, _ in layout.sample_rows]
+        sample = None
         if layout.sample_rows:
-            rows = [index for _, index in layout.sample_rows]
-            sequences = [chunk.sequence for chunk, _ in layout.sample_rows]
-            result = self.sampler.sample(logits[rows], [s.sampling_state for s in sequences])
-            for i, sequence in enumerate(sequences):
-                sampled[sequence] = TokenOutput(
-                    token_id=result.token_ids[i],
-                    logprob=result.logprobs[i],
-                    top_logprobs=tuple(result.top_logprobs[i]),
-                )
-        prompt_logprobs: dict[Sequence, list[float]] = {}
+            sample_logits = _select_rows(logits, [index for _, index in layout.sample_rows])
+            sample = self.sampler.sample_without_sync(sample_logits, [s.sampling_state for s in sequences])
+        prompt_logprobs: dict[Sequence, list[float]] = {}  # read at once: such steps are not overlapped
         for chunk, first, count in layout.prompt_rows:
             tokens = chunk.sequence.token_ids[chunk.start: chunk.start + count + 1]
             prompt_logprobs[chunk.sequence] = score_prompt(logits[first: first + count], tokens)
-        return StepResult(sampled, prompt_logprobs)
+        return LaunchedStep(sequences, sample, prompt_logprobs)
+
+    @staticmethod
+    def _carried(layout: _BatchLayout, previous: LaunchedStep | None) -> CarriedTokens | None:
+        if not layout.carried_rows:
+            return None
+        if previous is None or any(s not in previous.sampled_rows for _, s in layout.carried_rows):
+            raise RuntimeError("a token in flight was not sampled by the previous launched step")
+        return CarriedTokens(
+            source=previous.sampled_token_ids,
+            rows=[row for row, _ in layout.carried_rows],
+            source_rows=[previous.sampled_rows[sequence] for _, sequence in layout.carried_rows],
+        )
 
     def _lay_out(self, chunks: list[ScheduledChunk]) -> _BatchLayout:
         input_ids: list[int] = []
         logit_rows: list[int] = []
         sample_rows: list[tuple[ScheduledChunk, int]] = []
         prompt_rows: list[tuple[ScheduledChunk, int, int]] = []
+        carried_rows: list[tuple[int, Sequence]] = []
         for chunk in chunks:
             sequence = chunk.sequence
-            start, end = chunk.start, chunk.start + chunk.num_tokens
+            start, end = chunk.start, chunk.end
             first_row = len(input_ids)
             input_ids.extend(sequence.token_ids[start:end])
+            if end > len(sequence.token_ids):  # its last input is still on the device
+                carried_rows.append((len(input_ids), sequence))
+                input_ids.append(0)
             if sequence.wants_prompt_logprobs:
                 # Logits at position p score prompt token p + 1.
                 count = min(end, sequence.num_prompt_tokens - 1) - start
@@ -113,6 +168,7 @@ class ModelRunner:
                 logit_rows.append(len(input_ids) - 1)
         return _BatchLayout(
             input_ids=input_ids,
+            carried_rows=carried_rows,
             query_lens=[chunk.num_tokens for chunk in chunks],
             seq_lens=[chunk.start + chunk.num_tokens for chunk in chunks],
             block_tables=[chunk.sequence.block_table for chunk in chunks],
@@ -121,14 +177,14 @@ class ModelRunner:
             prompt_rows=prompt_rows,
         )
 
-    def _decode_batch(self, layout: _BatchLayout) -> DecodeBatch:
+    def _decode_batch(self, layout: _BatchLayout, carried: CarriedTokens | None) -> DecodeBatch:
         """The one-token-per-sequence layout as a graph replay's inputs: the token sits at seq_len - 1."""
         positions = [seq_len - 1 for seq_len in layout.seq_lens]
         slots = [
             table[position // self.block_size] * self.block_size + position % self.block_size
             for table, position in zip(layout.block_tables, positions)
         ]
-        return DecodeBatch(layout.input_ids, positions, slots, layout.seq_lens, layout.block_tables)
+        return DecodeBatch(layout.input_ids, positions, slots, layout.seq_lens, layout.block_tables, carried)
 
     def _replays_graph(self, chunks: list[ScheduledChunk]) -> bool:
         return (
@@ -136,3 +192,10 @@ class ModelRunner:
             and len(chunks) <= self.decode_graphs.max_batch
             and all(chunk.num_tokens == 1 for chunk in chunks)
         )
+
+
+def _select_rows(tensor: Tensor, rows: list[int]) -> Tensor:
+    """`tensor[rows]` without a host wait for the index; `tensor` itself when `rows` are all of its rows."""
+    if len(rows) == tensor.shape[0] and rows == list(range(len(rows))):
+        return tensor
+    return tensor.index_select(0, tensor_on_device_no_sync(rows, torch.int64, tensor.device))

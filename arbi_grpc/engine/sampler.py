@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 
 PROMPT_LOGPROBS_CHUNK_ROWS = 1024
@@ -81,6 +82,46 @@ class SampleResult:
     top_logprobs: list[list[tuple[int, float]]]
 
 
+class SampleInFlight:
+    """A batch's sampled tokens on the device, with their copy to the host queued behind the sampling.
+
+    `token_ids` can feed the next step on the device at once; `result()` waits for the copy and returns the
+    host values.
+    """
+
+    def __init__(self, token_ids: torch.Tensor, chosen_logprobs: torch.Tensor,
+                 top_logprobs: tuple[torch.Tensor, torch.Tensor] | None, top_counts: list[int]) -> None:
+        self.token_ids = token_ids  # [B] int64 on the device
+        # One device-to-host copy (float64 holds every token id exactly), plus one for top logprobs if asked.
+        self._ids_and_logprobs = _to_host_no_sync(torch.stack((token_ids.double(), chosen_logprobs.double())))
+        self._top = None if top_logprobs is None else tuple(_to_host_no_sync(t) for t in top_logprobs)
+        self._top_counts = top_counts
+        self._copied: torch.cuda.Event | None = None
+        if token_ids.device.type == "cuda":
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
+    def result(self) -> SampleResult:
+        if self._copied is not None:
+            self._copied.synchronize()
+        ids_and_logprobs = self._ids_and_logprobs.tolist()
+        top_logprobs: list[list[tuple[int, float]]] = [[] for _ in self._top_counts]
+        if self._top is not None:
+            value_rows, id_rows = self._top[0].tolist(), self._top[1].tolist()
+            top_logprobs = [list(zip(id_rows[row], value_rows[row]))[:count]
+                            for row, count in enumerate(self._top_counts)]
+        return SampleResult(
+            token_ids=[int(token_id) for token_id in ids_and_logprobs[0]],
+            logprobs=ids_and_logprobs[1],
+            top_logprobs=top_logprobs,
+        )
+
+
+def _to_host_no_sync(tensor: torch.Tensor) -> torch.Tensor:
+    """A host copy of `tensor` queued on its device (into pinned memory from CUDA); valid once the queue ran."""
+    return tensor.to("cpu", non_blocking=True)
+
+
 class Sampler:
     """Stateless apart from the generator used by requests without a seed (one per device)."""
 
@@ -90,6 +131,10 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> SampleResult:
         """Pick one token per row of `logits` ([B, V]) for `states[row]`; does not append it to the state."""
+        return self.sample_without_sync(logits, states).result()
+
+    def sample_without_sync(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> SampleInFlight:
+        """Like `sample`, but returns as soon as the work is queued on the device (the host does not wait)."""
         if logits.dim() != 2 or logits.shape[0] != len(states):
             raise ValueError(f"logits must be [len(states)={len(states)}, V], got {tuple(logits.shape)}")
         logits = logits.float()
@@ -114,19 +159,16 @@ class Sampler:
             token_ids[random_index] = self._draw(adjusted[random_index], random_states)
 
         chosen_logprobs = raw_logprobs.gather(1, token_ids[:, None]).squeeze(1)  # [B]
-        top_logprobs = _top_logprobs(raw_logprobs, states)
-        # One device-to-host copy per step (float64 holds every token id exactly).
-        ids_and_logprobs = torch.stack((token_ids.double(), chosen_logprobs.double())).tolist()
-        return SampleResult(
-            token_ids=[int(token_id) for token_id in ids_and_logprobs[0]],
-            logprobs=ids_and_logprobs[1],
-            top_logprobs=top_logprobs,
-        )
+        top_counts = [state.params.logprobs_count for state in states]
+        widest = min(max(top_counts, default=0), raw_logprobs.shape[1])
+        top_logprobs = tuple(raw_logprobs.topk(widest, dim=-1)) if widest else None  # ([B, widest], [B, widest])
+        return SampleInFlight(token_ids, chosen_logprobs, top_logprobs, top_counts)
 
     def _draw(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:
         """Temperature, top_k/top_p/min_p filters, then a draw: argmax(probs / Exp(1) noise) ~ probs."""
         device = logits.device
-        temperatures = torch.tensor([state.params.temperature for state in states], device=device)
+        temperatures = tensor_on_device_no_sync([state.params.temperature for state in states], torch.float32,
+                                                device)
         scaled = _filter_candidates(logits / temperatures[:, None], [state.params for state in states])
         probs = torch.softmax(scaled, dim=-1)  # [S, V], zero outside the allowed set
         noise = torch.empty_like(probs)
@@ -150,7 +192,7 @@ class Sampler:
 
 
 def _index(rows: list[int], device: torch.device) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.long, device=device)
+    return tensor_on_device_no_sync(rows, torch.long, device)
 
 
 def apply_penalties(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
@@ -195,33 +237,22 @@ def _filter_candidates(scaled: torch.Tensor, params: Sequence[SamplingParams]) -
     if any(k < vocab_size for k in top_k) or any(p < 1 for p in top_p):
         sorted_logits, sorted_ids = scaled.sort(dim=-1, descending=True)  # [S, V]
         ranks = torch.arange(vocab_size, device=device)
-        remove_sorted = ranks[None, :] >= torch.tensor(top_k, device=device)[:, None]
+        remove_sorted = ranks[None, :] >= tensor_on_device_no_sync(top_k, torch.long, device)[:, None]
         sorted_probs = torch.softmax(sorted_logits.masked_fill(remove_sorted, float("-inf")), dim=-1)
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of strictly better tokens
         # top_p == 1 keeps everything, whatever rounding does to the cumulative sum.
-        nucleus = torch.tensor([p if p < 1 else float("inf") for p in top_p], device=device)[:, None]
+        nucleus = tensor_on_device_no_sync([p if p < 1 else float("inf") for p in top_p], torch.float32,
+                                           device)[:, None]
         remove_sorted |= mass_before >= nucleus
         remove = torch.zeros_like(remove_sorted).scatter_(1, sorted_ids, remove_sorted)
         scaled = scaled.masked_fill(remove, float("-inf"))
     min_p = [p.min_p for p in params]
     if any(p > 0 for p in min_p):
         probs = torch.softmax(scaled, dim=-1)
-        threshold = torch.tensor(min_p, device=device)[:, None] * probs.max(dim=-1, keepdim=True).values
+        best = probs.max(dim=-1, keepdim=True).values  # [S, 1]
+        threshold = tensor_on_device_no_sync(min_p, torch.float32, device)[:, None] * best
         scaled = scaled.masked_fill(probs < threshold, float("-inf"))
     return scaled
-
-
-def _top_logprobs(raw_logprobs: torch.Tensor, states: Sequence[SamplingState]) -> list[list[tuple[int, float]]]:
-    """Top `logprobs_count` (id, raw logprob) pairs per row, best first; empty lists where not asked."""
-    widest = min(max((state.params.logprobs_count for state in states), default=0), raw_logprobs.shape[1])
-    if widest == 0:
-        return [[] for _ in states]
-    values, ids = raw_logprobs.topk(widest, dim=-1)  # [B, widest]
-    value_rows, id_rows = values.tolist(), ids.tolist()
-    return [
-        list(zip(id_rows[row], value_rows[row]))[: state.params.logprobs_count]
-        for row, state in enumerate(states)
-    ]
 
 
 def prompt_logprobs(logits: torch.Tensor, prompt_token_ids: Sequence[int]) -> list[float]:

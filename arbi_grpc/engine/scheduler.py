@@ -11,6 +11,9 @@ Each step:
    just to be preempted. An interactive sequence that does not fit may preempt running batch sequences.
 3. While another prefill runs or waits, a prefill chunk is capped at `max_prefill_chunk_tokens`, so a
    long prompt cannot starve short ones.
+Lengths count tokens still in flight on the device (`Sequence.num_tokens`): with overlapped steps the next
+step is planned before the host has read the previous one's tokens. A sequence whose in-flight token is its
+last allowed output is not scheduled again.
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ class ScheduledChunk:
     num_tokens: int
 
     @property
+    def end(self) -> int:
+        return self.start + self.num_tokens
+
+    @property
     def completes_sequence(self) -> bool:
         """True when this chunk reaches the last known token, so the step samples a new one."""
-        return self.start + self.num_tokens == len(self.sequence.token_ids)
+        return self.end == self.sequence.num_tokens
 
 
 @dataclass
@@ -81,14 +88,14 @@ class Scheduler:
         for sequence in order:
             if budget == 0:
                 break
-            if sequence.status is not SequenceStatus.RUNNING:
-                continue  # preempted earlier in this loop
+            if sequence.status is not SequenceStatus.RUNNING or sequence.reached_max_output_tokens:
+                continue  # preempted earlier in this loop, or its last token is in flight
             num_tokens = self._chunk_size(sequence, budget, contended=prefilling > 1)
             if not self._grow_preempting(sequence, num_tokens, step):
                 continue
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
             budget -= num_tokens
-        while self.waiting and budget > 0 and len(self.running) < self.limits.max_running:
+        while self.waiting and budget > 0 and self._num_batch_slots_taken() < self.limits.max_running:
             sequence = self.waiting.peek()
             if not self._admit(sequence, step):
                 break
@@ -99,6 +106,10 @@ class Scheduler:
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
             budget -= num_tokens
         return step
+
+    def _num_batch_slots_taken(self) -> int:
+        """Running sequences, less those whose last token is in flight: they end when it is read."""
+        return sum(1 for s in self.running if not s.reached_max_output_tokens)
 
     def _chunk_size(self, sequence: Sequence, budget: int, contended: bool) -> int:
         """Tokens to compute for `sequence` this step: a prefill chunk is capped while another prefill
@@ -113,7 +124,7 @@ class Scheduler:
         reused = self.kv.reuse_prefix(sequence)
         if not sequence.admitted:
             sequence.num_cached_prompt_tokens = min(reused, sequence.num_prompt_tokens)
-        needed = self.kv.blocks_for(len(sequence.token_ids)) - len(sequence.block_table)
+        needed = self.kv.blocks_for(sequence.num_tokens) - len(sequence.block_table)
         reserve = len(self.running) and max(1, self.kv.num_total_blocks // 64)
         while needed + reserve > self.kv.num_free_blocks:
             victim = self._newest_batch_sequence() if sequence.priority is Priority.INTERACTIVE else None

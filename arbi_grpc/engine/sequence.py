@@ -26,6 +26,10 @@ class Sequence:
 
     After a preemption `num_computed_tokens` drops to 0 and the whole sequence (prompt and output so
     far) is recomputed as if it were a prompt; sampling resumes exactly where it stopped.
+
+    With overlapped steps a token can be sampled on the device but not yet read by the host: it counts in
+    `num_tokens` (the scheduler plans with it, the model runner takes it from the device) but is not in
+    `token_ids` until the engine reads the step that sampled it.
     """
 
     request: GenerationRequest
@@ -45,6 +49,8 @@ class Sequence:
     # Prompt tokens served from the prefix cache at first admission (reported in usage).
     num_cached_prompt_tokens: int = 0
     admitted: bool = False
+    # Sampled by launched steps whose results the host has not read yet (0, 1, or 2 for an instant).
+    num_in_flight_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not self.token_ids:
@@ -63,8 +69,29 @@ class Sequence:
         return len(self.token_ids) - self.num_prompt_tokens
 
     @property
+    def num_tokens(self) -> int:
+        """Tokens known to the engine: those on the host plus those sampled and still on the device."""
+        return len(self.token_ids) + self.num_in_flight_tokens
+
+    @property
     def num_uncomputed_tokens(self) -> int:
-        return len(self.token_ids) - self.num_computed_tokens
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def reached_max_output_tokens(self) -> bool:
+        """True once a token in flight is the last output the request asked for: it needs no further step.
+        (A sequence that will end at the context limit or on a stop condition is scheduled once more, and that
+        row is discarded.)"""
+        return self.num_tokens - self.num_prompt_tokens >= self.request.stopping.max_output_tokens
+
+    @property
+    def needs_host_history(self) -> bool:
+        """True while sampling its next token needs every earlier token on the host: sampling penalties read
+        the output history, the min_output_tokens ban counts it, and prompt log-probabilities are assembled
+        over chunks on the host. Such a sequence's step is read before the next one is scheduled."""
+        request = self.request
+        return (request.sampling.has_penalties or self.wants_prompt_logprobs
+                or request.stopping.min_output_tokens > self.num_output_tokens)
 
     @property
     def priority(self) -> Priority:

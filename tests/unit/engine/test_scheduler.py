@@ -29,7 +29,7 @@ def _sequence(index: int, prompt_len: int, priority: Priority = Priority.INTERAC
         request_id=f"r{index}",
         prompt_token_ids=tuple(range(first_token, first_token + prompt_len)),
         sampling=SamplingParams(),
-        stopping=StoppingParams(max_output_tokens=8),
+        stopping=StoppingParams(max_output_tokens=32),
         scheduling=SchedulingParams(priority=priority),
     )
     # The scheduler never touches the sampling or text pipeline.

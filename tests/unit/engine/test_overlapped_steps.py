@@ -1,0 +1,232 @@
+"""The overlapped engine loop (a step launched before the previous one's tokens are read) against the
+synchronous loop on the CPU: the same streamed outputs for greedy and seeded sampling, with stop tokens, stop
+strings, max_output_tokens, cancellations, preemption and the prefix cache, and a KV pool that returns to free.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+import torch
+
+from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
+from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.engine import Engine
+from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOutput
+from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+from arbi_grpc.models.attention_selection import build_kv_cache
+from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.random_weights import random_causal_lm
+from arbi_grpc.serving import assemble_engine, build_runner
+
+TINY_CONFIG = ModelConfig.from_hf_config({
+    "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": True,
+    "bos_token_id": 1, "eos_token_id": 2,
+})
+MAX_MODEL_LEN = 256
+Outputs = dict[str, list[RequestOutput]]
+
+
+def _engine(overlap_steps: bool, num_blocks: int = 256, prefix_cache: bool = True) -> tuple[Engine, list[bool]]:
+    """A stopped engine over a seeded tiny model, and a list that records, per launch, whether a token of the
+    previous step was still in flight (the step overlapped)."""
+    engine_config = EngineConfig(device="cpu", max_model_len=MAX_MODEL_LEN, max_running_requests=8,
+                                 max_step_tokens=48, max_prefill_chunk_tokens=16, block_size=4,
+                                 enable_prefix_cache=prefix_cache, overlap_steps=overlap_steps)
+    model = random_causal_lm(TINY_CONFIG, torch.float32, "cpu", seed=5)
+    kv_cache = build_kv_cache(engine_config, TINY_CONFIG, num_blocks=num_blocks)
+    runner, _ = build_runner(model, kv_cache, engine_config, MAX_MODEL_LEN, model.model.layers[0].self_attn.backend)
+    engine = assemble_engine(runner, TINY_CONFIG, synthetic_tokenizer(TINY_CONFIG.vocab_size), engine_config,
+                             MAX_MODEL_LEN)
+    overlapped: list[bool] = []
+    launch = runner.launch
+
+    def recording_launch(step, previous):
+        overlapped.append(previous is not None)
+        return launch(step, previous)
+
+    runner.launch = recording_launch
+    return engine, overlapped
+
+
+def _run(engine: Engine, requests: list[GenerationRequest], cancel_after: dict[str, int] | None = None) -> Outputs:
+    """Submits every request before the engine thread starts (a deterministic first schedule), waits for all
+    and stops the engine; a request in `cancel_after` is cancelled from its sink once it has that many tokens."""
+    outputs: Outputs = {request.request_id: [] for request in requests}
+    done = threading.Semaphore(0)
+    cancel_after = cancel_after or {}
+
+    def sink_for(request_id: str):
+        def sink(output: RequestOutput) -> None:
+            outputs[request_id].append(output)
+            num_tokens = sum(len(o.tokens) for o in outputs[request_id])
+            if not output.finished and num_tokens == cancel_after.get(request_id):
+                engine.cancel(request_id)
+            if output.finished:
+                done.release()
+        return sink
+
+    for request in requests:
+        engine.submit(request, sink_for(request.request_id))
+    engine.start()
+    try:
+        for _ in requests:
+            assert done.acquire(timeout=120), "a request did not finish"
+        _check_pool_is_free(engine)
+    finally:
+        engine.shutdown()
+    return outputs
+
+
+def _check_pool_is_free(engine: Engine) -> None:
+    """Every block is free or a cached evictable one once all requests ended (checked on the engine thread)."""
+    def check() -> None:
+        kv = engine.scheduler.kv
+        kv.blocks.pool.check_invariants()
+        assert engine.scheduler.num_unfinished == 0
+        assert kv.num_free_blocks == kv.num_total_blocks
+    engine.call(check).result(timeout=30)
+
+
+def _prompts(count: int, seed: int, shared_prefix: int = 0) -> list[tuple[int, ...]]:
+    generator = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(3, TINY_CONFIG.vocab_size, (shared_prefix,), generator=generator).tolist()
+    lengths = torch.randint(1, 40, (count,), generator=generator).tolist()
+    return [tuple(prefix + torch.randint(3, TINY_CONFIG.vocab_size, (n,), generator=generator).tolist())
+            for n in lengths]
+
+
+def _sampling(index: int) -> SamplingParams:
+    """Greedy for even requests, seeded nucleus sampling for odd ones; logprobs on some."""
+    if index % 2 == 0:
+        return SamplingParams(temperature=0.0, logprobs_count=index % 3)
+    return SamplingParams(temperature=0.9, top_p=0.95, top_k=40, seed=1000 + index, logprobs_count=index % 3)
+
+
+def _requests(prompts: list[tuple[int, ...]], tag: str, **stopping) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(f"{tag}{i}", prompt, _sampling(i),
+                          StoppingParams(**{"max_output_tokens": 12 + 5 * (i % 4), **stopping}))
+        for i, prompt in enumerate(prompts)
+    ]
+
+
+def _both_modes(make_requests, num_blocks: int = 256, prefix_cache: bool = True,
+                cancel_after: dict[str, int] | None = None) -> tuple[Outputs, Outputs, list[bool], Engine]:
+    runs = {}
+    for overlap in (False, True):
+        engine, overlapped = _engine(overlap, num_blocks, prefix_cache)
+        runs[overlap] = (_run(engine, make_requests(), cancel_after), overlapped, engine)
+    (sync, sync_launches, _), (overlap, overlap_launches, overlap_engine) = runs[False], runs[True]
+    assert not any(sync_launches)
+    return sync, overlap, overlap_launches, overlap_engine
+
+
+def _assert_same_streams(overlap: Outputs, sync: Outputs) -> None:
+    """Equal outputs: token ids, text, finish reasons and counts exactly; log-probabilities within float32
+    rounding (a sequence that ends on a stop condition is computed once more in the overlapped loop, which
+    changes the batch shape of that step and so the last bits of its neighbours' logits)."""
+    assert overlap.keys() == sync.keys()
+    for request_id, expected in sync.items():
+        got = overlap[request_id]
+        assert [_without_logprobs(o) for o in got] == [_without_logprobs(o) for o in expected], request_id
+        torch.testing.assert_close(_logprobs(got), _logprobs(expected), rtol=0, atol=1e-5)
+
+
+def _without_logprobs(output: RequestOutput) -> RequestOutput:
+    tokens = tuple(replace(t, logprob=0.0, top_logprobs=tuple((i, 0.0) for i, _ in t.top_logprobs))
+                   for t in output.tokens)
+    return replace(output, tokens=tokens)
+
+
+def _logprobs(outputs: list[RequestOutput]) -> torch.Tensor:
+    values = [v for o in outputs for t in o.tokens for v in (t.logprob, *(lp for _, lp in t.top_logprobs))]
+    values += [v for o in outputs if o.prompt_logprobs for v in o.prompt_logprobs[1:]]
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _token_ids(outputs: list[RequestOutput]) -> list[int]:
+    return [token.token_id for output in outputs for token in output.tokens]
+
+
+def test_streams_equal_the_synchronous_loop_with_every_stop_condition() -> None:
+    prompts = _prompts(10, seed=1)
+    plain, plain_overlap, _, _ = _both_modes(lambda: _requests(prompts, "plain"))
+    assert plain_overlap == plain  # max_output_tokens ends are known ahead: even the batches are the same
+    # Stop conditions taken from the plain run, so that they fire mid-stream.
+    texts = {rid: "".join(o.text for o in outs) for rid, outs in plain.items()}
+    tokens = {rid: _token_ids(outs) for rid, outs in plain.items()}
+
+    def stopping_requests() -> list[GenerationRequest]:
+        requests = []
+        for i, request in enumerate(_requests(prompts, "plain")):
+            text, ids = texts[request.request_id], tokens[request.request_id]
+            if i % 3 == 0 and len(ids) > 6:
+                stopping = replace(request.stopping, stop_token_ids=(ids[5],))
+            elif i % 3 == 1 and len(text) > 20:
+                stopping = replace(request.stopping, stop_strings=(text[12:17],))
+            else:
+                stopping = request.stopping
+            requests.append(replace(request, stopping=stopping))
+        return requests
+
+    sync, overlap, overlapped, _ = _both_modes(stopping_requests)
+    _assert_same_streams(overlap, sync)
+    reasons = {outs[-1].finish_reason for outs in sync.values()}
+    assert reasons >= {FinishReason.STOP_TOKEN, FinishReason.STOP_STRING, FinishReason.MAX_OUTPUT_TOKENS}
+    assert sum(overlapped) > len(overlapped) // 2  # most launches ran ahead of the host
+    for outs in overlap.values():  # nothing streamed after the end
+        assert outs[-1].finished and not any(o.finished for o in outs[:-1])
+
+
+def test_cancellations_end_streams_at_the_same_token() -> None:
+    prompts = _prompts(6, seed=2)
+    cancel_after = {"c1": 3, "c2": 1, "c4": 7}
+    sync, overlap, overlapped, _ = _both_modes(lambda: _requests(prompts, "c"), cancel_after=cancel_after)
+    _assert_same_streams(overlap, sync)
+    for request_id, count in cancel_after.items():
+        assert sync[request_id][-1].finish_reason is FinishReason.CANCELLED
+        assert len(_token_ids(sync[request_id])) == count
+    assert any(overlapped)
+
+
+def test_preemption_and_the_prefix_cache_give_the_same_outputs() -> None:
+    # A pool of 40 four-token blocks for 8 running sequences of up to ~80 tokens: preemption is certain.
+    prompts = _prompts(12, seed=3, shared_prefix=9)
+    sync, overlap, overlapped, engine = _both_modes(lambda: _requests(prompts, "p", max_output_tokens=30),
+                                                    num_blocks=40)
+    _assert_same_streams(overlap, sync)
+    assert engine.stats().num_preemptions > 0
+    assert any(o.cached_prompt_token_count for outs in sync.values() for o in outs)  # prefixes were reused
+    assert any(overlapped)
+
+
+def test_requests_that_need_host_history_read_each_step_first() -> None:
+    """Penalties, min_output_tokens and prompt logprobs take the synchronous path; outputs stay equal."""
+    prompts = _prompts(6, seed=4)
+
+    def make() -> list[GenerationRequest]:
+        requests = _requests(prompts, "h")
+        requests[0] = replace(requests[0], sampling=replace(requests[0].sampling, repetition_penalty=1.3,
+                                                            frequency_penalty=0.5))
+        requests[1] = replace(requests[1], stopping=replace(requests[1].stopping, min_output_tokens=6,
+                                                            stop_token_ids=(5, 7, 11)))
+        requests[2] = replace(requests[2], sampling=replace(requests[2].sampling, prompt_logprobs=True))
+        return requests
+
+    sync, overlap, _, _ = _both_modes(make, prefix_cache=False)
+    _assert_same_streams(overlap, sync)
+    assert sync["h2"][0].prompt_logprobs is not None
+
+
+@pytest.mark.parametrize("overlap_steps", [False, True])
+def test_a_sequence_ending_at_its_last_token_is_not_scheduled_again(overlap_steps: bool) -> None:
+    engine, overlapped = _engine(overlap_steps)
+    outputs = _run(engine, [GenerationRequest("one", (5, 6, 7), SamplingParams(temperature=0.0),
+                                              StoppingParams(max_output_tokens=9, ignore_eos=True))])
+    assert len(_token_ids(outputs["one"])) == 9
+    assert len(overlapped) == 9  # one prefill step and eight decodes; no tenth, discarded step
