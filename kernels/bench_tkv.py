@@ -8,8 +8,10 @@ which dominates single launches at batch 1 and 8, is not in the number; the host
 us/call" column). A call that cannot be captured (a host sync) falls back to triton.testing.do_bench. The TKV
 caches are filled by the TKV write kernel from random model-space K/V with random calibration transforms, over
 the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (block_n, warps, pipeline stages,
-register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32.
-Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep]
+register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32. --decode-only times just
+the K4V4 decode kernel at 32k context (batch 32 and 8) against bf16: the first kernel's predicated word loads
+(mask_words=True) next to the current default, other tiles and split counts, in about a minute.
+Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep | --decode-only]
 """
 
 from __future__ import annotations
@@ -182,7 +184,9 @@ def bf16_decode_case(bench: TkvBench) -> BenchCase:
 
 
 def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DEFAULT_DECODE_TILES,
-                    num_splits: int | None = None, with_transforms: bool = False) -> BenchCase:
+                    num_splits: int | None = None, with_transforms: bool = False,
+                    expected: torch.Tensor | None = None) -> BenchCase:
+    """expected: the reference output of this bench, when several cases share one."""
     batch, layer = bench.paged, bench.layer
     arguments = (batch.query, layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
     options = {"max_seq_len": int(batch.seq_lens.max()), "num_splits": num_splits, "tiles": tiles}
@@ -196,8 +200,8 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
         return tkv_transform_output(accumulated, layer, torch.bfloat16)
 
     def check() -> None:
-        assert_tkv_close(tkv_paged_decode_attention(*arguments, **options),
-                         tkv_paged_decode_attention_reference(*arguments), torch.float16)
+        wanted = tkv_paged_decode_attention_reference(*arguments) if expected is None else expected
+        assert_tkv_close(tkv_paged_decode_attention(*arguments, **options), wanted, torch.float16)
 
     name = f"decode tkv K{shape.key_bits}V{shape.value_bits}" + (" +transforms" if with_transforms else "")
     tokens = int(batch.seq_lens.sum())
@@ -205,7 +209,7 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
         kernel=name,
         shape=(f"{bench.label} n={tiles.block_n} w={tiles.num_warps} s={tiles.num_stages}"
                f"{' prefetch' if tiles.prefetch else ''}{f' r{tiles.max_registers}' if tiles.max_registers else ''}"
-               f" splits={num_splits or 'auto'}"),
+               f"{' masked-words' if tiles.mask_words else ''} splits={num_splits or 'auto'}"),
         run=run, check=check, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
     )
 
@@ -365,6 +369,42 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
     return cases + prefill_cases(shape, [2048] * 4, generator, prefill_tiles)[1:]
 
 
+OLD_DECODE_TILES = TkvDecodeTiles(mask_words=True)  # the kernel of the 1.34 ms row (batch 32, 32k) in docs
+DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] = {  # batch: (tiles, num_splits)
+    32: ((OLD_DECODE_TILES, None), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4),
+         (DEFAULT_DECODE_TILES, 8), (DEFAULT_DECODE_TILES, 16), (TkvDecodeTiles(64, 4, 2), None),
+         (TkvDecodeTiles(64, 4, 2), 8), (TkvDecodeTiles(32, 4, 3), None), (TkvDecodeTiles(32, 4, 3), 8),
+         (TkvDecodeTiles(128, 8, 3), None)),
+    8: ((OLD_DECODE_TILES, None), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 16),
+        (DEFAULT_DECODE_TILES, 32), (TkvDecodeTiles(64, 4, 2), 16)),
+}
+
+
+def decode_only(generator: torch.Generator, flush: torch.Tensor) -> tuple[list[BenchResult], str]:
+    """bf16 and every DECODE_ONLY_VARIANTS row, K4V4 at 32k: results and a table of each row against bf16 and
+    against the first row (the masked-word kernel)."""
+    shape = llama_tkv()
+    results = []
+    lines = ["| batch | TKV variant | ms | bf16 / TKV | first row / TKV |", "|" + "---|" * 5]
+    for batch_size, variants in DECODE_ONLY_VARIANTS.items():
+        bench = build(shape, [1] * batch_size, [32768] * batch_size, generator)
+        batch = bench.paged
+        expected = tkv_paged_decode_attention_reference(batch.query, bench.layer, batch.block_tables, batch.seq_lens,
+                                                        batch.softmax_scale)
+        bf16 = measure(bf16_decode_case(bench), flush)
+        timed = [measure(tkv_decode_case(bench, shape, tiles, splits, expected=expected), flush)
+                 for tiles, splits in variants]
+        results += [bf16, *timed]
+        lines.append(f"| {batch_size} | bf16 | {bf16.median_ms:.4f} | | |")
+        for result in timed:
+            variant = result.shape.removeprefix(bench.label).strip()
+            lines.append(f"| {batch_size} | {variant} | {result.median_ms:.4f} | "
+                         f"{bf16.median_ms / result.median_ms:.2f} | {timed[0].median_ms / result.median_ms:.2f} |")
+        del bench, batch, expected
+        torch.cuda.empty_cache()
+    return results, "\n".join(lines)
+
+
 def speedup_table(speedups: list[dict[str, object]]) -> str:
     lines = ["| context | batch | bf16 ms | TKV K4V4 kernel ms | x | TKV with transforms ms | x |", "|" + "---|" * 7]
     for row in speedups:
@@ -378,7 +418,10 @@ def speedup_table(speedups: list[dict[str, object]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path("bench-results/tkv.json"))
-    parser.add_argument("--sweep", action="store_true", help="also time TKV decode tiles and split counts at 32k")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--sweep", action="store_true", help="also time TKV decode tiles and split counts at 32k")
+    modes.add_argument("--decode-only", action="store_true",
+                       help="only the K4V4 decode variants at 32k against bf16 (DECODE_ONLY_VARIANTS)")
     arguments = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_tkv.py needs a CUDA GPU", file=sys.stderr)
@@ -390,6 +433,13 @@ def main() -> int:
     }
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    if arguments.decode_only:
+        variants, table = decode_only(generator, flush)
+        summary["decode_variants"] = [asdict(r) for r in variants]
+        arguments.output.write_text(json.dumps(summary, indent=2))
+        print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}\n\n{table}")
+        print(f"\nwritten to {arguments.output}")
+        return 0 if all(r.correct for r in variants) else 1
     decode, speedups = decode_grid(generator, flush)
     summary |= {"decode": [asdict(r) for r in decode], "speedups": speedups}
     arguments.output.write_text(json.dumps(summary, indent=2))  # kept even if a later part fails

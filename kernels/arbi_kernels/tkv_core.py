@@ -158,12 +158,14 @@ def sink_vectors(block_table_row, tokens, token_valid, kv_head, num_kv_heads, SI
 
 
 @triton.jit
-def load_words(codes_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """[N, D/8] little-endian words: word i of a head vector holds its codes 8i..8i+7, code k at bit k*BITS."""
+def load_words(codes_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr = True):
+    """[N, D/8] little-endian words: word i of a head vector holds its codes 8i..8i+7, code k at bit k*BITS.
+    MASKED=False loads every row unpredicated (garbage where not `valid`): all `vectors` must lie in the pool."""
     octets = tl.arange(0, HEAD_DIM // 8)
+    row_mask = valid[:, None] if MASKED else tl.full([vectors.shape[0], 1], True, tl.int1)  # the latter folds away
     if BITS == 2 or BITS == 4 or BITS == 8:  # codes_ptr is the pool viewed as int16 / int32 / int64
-        words = tl.load(codes_ptr + vectors[:, None] * (HEAD_DIM // 8) + octets[None, :], mask=valid[:, None],
-                        other=0)
+        word_ptrs = codes_ptr + vectors[:, None] * (HEAD_DIM // 8) + octets[None, :]
+        words = tl.load(word_ptrs, mask=row_mask, other=0) if MASKED else tl.load(word_ptrs)
     else:  # 3, 5, 6 bits: word i is BITS bytes from byte i*BITS, read from the pool's int32 or uint8 units
         UNIT_BYTES: tl.constexpr = codes_ptr.dtype.element_ty.primitive_bitwidth // 8
         UNSIGNED: tl.constexpr = tl.uint32 if UNIT_BYTES == 4 else tl.uint8
@@ -175,7 +177,7 @@ def load_words(codes_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.const
         stream = tl.zeros([vectors.shape[0], HEAD_DIM // 8], dtype=tl.int64)
         for unit in tl.static_range(UNITS):
             overlaps = (first_unit + unit) * UNIT_BYTES < first_byte + BITS  # [D/8]: the word reaches this unit
-            value = tl.load(codes_ptr + unit_offsets + unit, mask=valid[:, None] & overlaps[None, :], other=0)
+            value = tl.load(codes_ptr + unit_offsets + unit, mask=row_mask & overlaps[None, :], other=0)
             stream = stream | (value.to(UNSIGNED, bitcast=True).to(tl.int64) << (8 * UNIT_BYTES * unit))
         words = (stream >> ((first_byte % UNIT_BYTES) * 8).to(tl.int64)[None, :]).to(word_type)
     return words
@@ -226,10 +228,12 @@ def code_channels(HEAD_DIM: tl.constexpr):
 
 @triton.jit
 def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       GROUP: tl.constexpr):
+                       GROUP: tl.constexpr, MASK_WORDS: tl.constexpr = True):
     """What decoding the head vectors `vectors` [N] reads: packed words [N, D/8] and fp16 group scales and zeros
-    [N, D/G] (0 where invalid)."""
-    words = load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM)
+    [N, D/G] (0 where invalid). MASK_WORDS=False leaves the word loads unpredicated (fewer registers): invalid
+    rows then hold whatever their vector's words are, which still decode to exactly 0 with a scale and zero of 0,
+    so every vector must lie in the pool (paged_slots sends invalid positions to block 0)."""
+    words = load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM, MASK_WORDS)
     groups = tl.arange(0, HEAD_DIM // GROUP)
     metadata_offsets = vectors[:, None] * (HEAD_DIM // GROUP) + groups[None, :]  # [N, D/G]
     scale = tl.load(scale_ptr + metadata_offsets, mask=valid[:, None], other=0.0)
@@ -277,17 +281,18 @@ def attend_coded_tile(
     q, tokens, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
     key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
     APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
-    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr = True,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
-    K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype."""
+    K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype.
+    MASK_WORDS: as load_coded_vectors."""
     vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
-                                            HEAD_DIM, GROUP)
+                                            HEAD_DIM, GROUP, MASK_WORDS)
     k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION)
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
-                                            VALUE_BITS, HEAD_DIM, GROUP)
+                                            VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
     v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_i, l_i, acc

@@ -57,13 +57,17 @@ class TkvDecodeTiles:
     depth (num_stages: its pipeliner stages the block-id and code loads through shared memory), and `prefetch`:
     the kernel itself loads the next tile's codes, scales and zeros into registers before decoding this one
     (meant with num_stages=1). max_registers caps registers per thread (ptxas spills the rest) so that more
-    programs fit an SM: None lets the compiler choose."""
+    programs fit an SM: None lets the compiler choose. mask_words predicates every packed-word load on its position
+    being a coded one, as the kernel first did; by default only the block ids, scales and zeros are masked (a
+    position outside the split reads block 0's words, which decode to 0 with a scale and zero of 0): on sm_90 that
+    takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (bench_tkv.py --decode-only)."""
 
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 3
     prefetch: bool = False
     max_registers: int | None = None
+    mask_words: bool = False
 
     def __post_init__(self) -> None:
         require_tile_size("block_n", self.block_n)
@@ -87,7 +91,7 @@ def _tkv_decode_partition_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -124,19 +128,20 @@ def _tkv_decode_partition_kernel(
         coded = (tokens < split_end) & (tokens >= SINK_TOKENS)
         vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
         key_words, key_scale, key_zero = load_coded_vectors(
-            key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP)
+            key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP, MASK_WORDS)
         value_words, value_scale, value_zero = load_coded_vectors(
-            value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP)
+            value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
         next_vectors = paged_slots(block_table_row, tokens + BLOCK_N, tokens + BLOCK_N < split_end,
                                    PAGE_SIZE) * num_kv_heads + kv_head
         for _ in range(split_start, split_end, BLOCK_N):
             next_tokens = tokens + BLOCK_N
             next_coded = (next_tokens < split_end) & (next_tokens >= SINK_TOKENS)
             next_key_words, next_key_scale, next_key_zero = load_coded_vectors(
-                key_codes_ptr, key_scale_ptr, key_zero_ptr, next_vectors, next_coded, KEY_BITS, HEAD_DIM, GROUP)
+                key_codes_ptr, key_scale_ptr, key_zero_ptr, next_vectors, next_coded, KEY_BITS, HEAD_DIM, GROUP,
+                MASK_WORDS)
             next_value_words, next_value_scale, next_value_zero = load_coded_vectors(
                 value_codes_ptr, value_scale_ptr, value_zero_ptr, next_vectors, next_coded, VALUE_BITS, HEAD_DIM,
-                GROUP)
+                GROUP, MASK_WORDS)
             next_vectors = paged_slots(block_table_row, next_tokens + BLOCK_N, next_tokens + BLOCK_N < split_end,
                                        PAGE_SIZE) * num_kv_heads + kv_head
             m_i, l_i, acc = attend_decoded_tile(
@@ -153,7 +158,7 @@ def _tkv_decode_partition_kernel(
             m_i, l_i, acc = attend_coded_tile(
                 q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS,
             )
 
     has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
@@ -239,7 +244,8 @@ def tkv_paged_decode_attention(
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
-        DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, num_warps=tiles.num_warps,
+        DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
+        num_warps=tiles.num_warps,
         num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
     )
     if not single_split:

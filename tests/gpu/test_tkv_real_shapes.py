@@ -31,7 +31,7 @@ from arbi_kernels.tkv_testing import (
     random_tkv_batch,
     random_tkv_layer,
 )
-from bench_tkv import DEFAULT_DECODE_TILES, SWEEP_DECODE_TILES
+from bench_tkv import DECODE_ONLY_VARIANTS, DEFAULT_DECODE_TILES, SWEEP_DECODE_TILES
 
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
@@ -107,10 +107,16 @@ def test_decode_long_contexts_up_to_32k(head_dim, page_size, key_bits, value_bit
     _decode(random_tkv_batch(shape, [1] * 3, seq_lens, device, generator))
 
 
-@pytest.mark.parametrize("tiles", (DEFAULT_DECODE_TILES, *SWEEP_DECODE_TILES))
+BENCHMARKED_DECODE_TILES = tuple(dict.fromkeys(
+    (DEFAULT_DECODE_TILES, *SWEEP_DECODE_TILES, *(tiles for rows in DECODE_ONLY_VARIANTS.values() for tiles, _ in rows))
+))
+
+
+@pytest.mark.parametrize("tiles", BENCHMARKED_DECODE_TILES)
 @pytest.mark.parametrize(("key_bits", "value_bits"), [(4, 4), (3, 5)])
 def test_decode_every_benchmarked_tile_shape(tiles, key_bits, value_bits, device, generator):
-    """The tile shapes bench_tkv.py --sweep times, compiled for the GPU, at Llama's GQA 4 and a long context."""
+    """The tile shapes bench_tkv.py --sweep and --decode-only time, compiled for the GPU, at Llama's GQA 4 and a
+    long context."""
     seq_lens = [int(torch.randint(4096, 12289, (1,), generator=generator, device=device)), 1, 300]
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, 128, 16, key_bits, value_bits)
     _decode(random_tkv_batch(shape, [1] * 3, seq_lens, device, generator), tiles=tiles)

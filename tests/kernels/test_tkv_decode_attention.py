@@ -10,6 +10,7 @@ from arbi_kernels import tkv_paged_decode_attention
 from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
 from arbi_kernels.tkv_reference import tkv_paged_decode_attention_reference
 from arbi_kernels.tkv_testing import (
+    TKV_POOLS,
     TkvBatch,
     TkvShape,
     assert_tkv_close,
@@ -131,3 +132,41 @@ def test_rejects_bad_arguments(device, generator):
     for change, message in cases:
         with pytest.raises(ValueError, match=message):
             tkv_paged_decode_attention(**(arguments | change))
+
+
+def _poison_unread_metadata(batch: TkvBatch) -> None:
+    """NaN in the scales and zeros of every block no sequence reads, block 0 (where the kernel sends positions
+    outside a split) among them: a kernel that let such a position's metadata into its sums would return NaN."""
+    layer, tables = batch.layer, batch.block_tables
+    read = torch.zeros(layer.key_scale.shape[0], dtype=torch.bool, device=tables.device)
+    for row, length in zip(tables, batch.seq_lens.tolist()):
+        read[row[: -(-length // layer.block_size)].long()] = True
+    if read[0]:  # move block 0's contents to an unread block and point the tables there
+        spare = int(torch.nonzero(~read)[0])
+        for name in TKV_POOLS:
+            pool = getattr(layer, name)
+            pool[[0, spare]] = pool[[spare, 0]]
+        tables.copy_(torch.where(tables == 0, spare, torch.where(tables == spare, 0, tables)))
+        read[[0, spare]] = read[[spare, 0]]
+    for pool in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
+        pool[~read] = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "key_bits", "value_bits", "sink_tokens"),
+    [(128, 2, 3, 1), (128, 4, 5, 0), (128, 6, 8, 3), (64, 3, 4, 1), (64, 5, 6, 2), (64, 8, 2, 0)],
+)
+def test_unmasked_word_loads_match_masked_ones(head_dim, key_bits, value_bits, sink_tokens, device, generator):
+    """The default tiles load packed words unpredicated (positions outside a split read block 0's words and
+    decode to 0 through their masked scale and zero): the same output, bit for bit, as predicated word loads,
+    with NaN metadata in every unread block, over ragged lengths, several splits and a sink prefix."""
+    shape = TkvShape(8, 2, head_dim, 16, key_bits, value_bits, 32, sink_tokens)
+    seq_lens = [1, 17, int(torch.randint(40, 90, (1,), generator=generator))]
+    batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
+    _poison_unread_metadata(batch)
+    outputs = [
+        _check(batch, batch.query, torch.float32, num_splits=3, tiles=TkvDecodeTiles(block_n=16, mask_words=masked))
+        for masked in (True, False)
+    ]
+    assert torch.equal(outputs[0], outputs[1])
+    assert not TkvDecodeTiles().mask_words
