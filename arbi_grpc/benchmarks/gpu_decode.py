@@ -4,7 +4,9 @@ in one run on the same random-weight bf16 models, prompts and lengths.
 Per model shape it measures, for each batch size B (B requests of `--prompt-len` random tokens, `--new-tokens`
 greedy tokens each, EOS ignored):
 - arbi-serve's engine (Triton attention, CUDA graphs; driven in-process without a server): output tokens/s
-  over the whole run (prefill included, as HF's number is) and the decode-only rate (tokens after the first);
+  over the whole run (prefill included, as HF's number is) and the decode-only rate (tokens after the first),
+  with overlapped steps ("arbi-serve") and, with `--overlap-modes on,off`, the synchronous loop too
+  ("arbi-serve-sync", same engine and graphs);
 - HF `generate()` with a static cache (which transformers compiles), its fastest configuration; at large
   batches its eager dynamic cache too when asked;
 - the floor: one decode step must read every weight and the batch's KV context once, at the copy bandwidth
@@ -140,18 +142,21 @@ def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
         rows = []
         for batch in args.batches:
             prompts = random_prompts(batch, args.prompt_len, config.vocab_size, seed=batch)
-            started = time.monotonic()
-            done = generate(engine, requests_for(prompts, args.new_tokens, f"b{batch}"))
-            elapsed = time.monotonic() - started
-            decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
-            rows.append(Row(
-                shape, "arbi-serve", batch, args.prompt_len, args.new_tokens,
-                output_tokens_per_s=batch * args.new_tokens / elapsed,
-                decode_tokens_per_s=batch * (args.new_tokens - 1) / decode_span,
-                floor_tokens_per_s=decode_floor_tokens_per_s(
-                    config, weight_bytes, batch, args.prompt_len + args.new_tokens // 2, bandwidth),
-            ))
-            print(rows[-1], flush=True)
+            for overlap in args.overlap_modes:
+                engine.set_overlap_steps(overlap).result()
+                started = time.monotonic()
+                done = generate(engine, requests_for(prompts, args.new_tokens, f"b{batch}-{overlap}"))
+                elapsed = time.monotonic() - started
+                decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
+                rows.append(Row(
+                    shape, "arbi-serve" if overlap else "arbi-serve-sync", batch, args.prompt_len, args.new_tokens,
+                    output_tokens_per_s=batch * args.new_tokens / elapsed,
+                    decode_tokens_per_s=batch * (args.new_tokens - 1) / decode_span,
+                    floor_tokens_per_s=decode_floor_tokens_per_s(
+                        config, weight_bytes, batch, args.prompt_len + args.new_tokens // 2, bandwidth),
+                ))
+                print(rows[-1], flush=True)
+        engine.set_overlap_steps(args.overlap_modes[0]).result()  # the TTFT below runs in the first mode
         graph_steps = [time_graph_step(shape, engine.runner, config, weight_bytes, batch, args.prompt_len, bandwidth)
                        for batch in args.batches]
         ttft_prompt = random_prompts(1, args.ttft_prompt_len, config.vocab_size, seed=7)
@@ -318,6 +323,9 @@ def main() -> None:
     parser.add_argument("--ttft-prompt-len", type=int, default=2048)
     parser.add_argument("--kv-cache-mib", type=int, default=24576)
     parser.add_argument("--hf-caches", default="static", type=lambda text: [c for c in text.split(",") if c])
+    parser.add_argument("--overlap-modes", default="on,off",
+                        type=lambda text: [{"on": True, "off": False}[m] for m in text.split(",") if m],
+                        help="engine loops to time: on (overlapped steps), off (synchronous), or both")
     parser.add_argument("--long-contexts", default="", type=lambda text: [int(c) for c in text.split(",") if c],
                         help="contexts of the bf16-vs-TKV decode rows (e.g. 8192,32768); empty skips them")
     parser.add_argument("--long-shape", default="llama3.1-8b", help="model shape of the long-context rows")
@@ -341,13 +349,14 @@ def main() -> None:
         graph_steps += shape_graph_steps
         print(f"{shape}: time to first token of {args.ttft_prompt_len} tokens: {ttft[shape] * 1e3:.1f} ms", flush=True)
         rows += arbi_rows + bench_hf(shape, config, args, bandwidth)
-    print(f"\n{'shape':<12} {'system':<12} {'batch':>5} {'out tok/s':>10} {'decode tok/s':>12} "
-          f"{'floor tok/s':>11} {'of floor':>8}")
+    print(f"\n{'shape':<12} {'system':<15} {'batch':>5} {'out tok/s':>10} {'decode tok/s':>12} "
+          f"{'step ms':>7} {'floor tok/s':>11} {'of floor':>8}")
     for row in rows:
         rate = row.decode_tokens_per_s or row.output_tokens_per_s
         decode = f"{row.decode_tokens_per_s:12.0f}" if row.decode_tokens_per_s else f"{'':>12}"
-        print(f"{row.shape:<12} {row.system:<12} {row.batch:>5} {row.output_tokens_per_s:10.0f} {decode} "
-              f"{row.floor_tokens_per_s:11.0f} {rate / row.floor_tokens_per_s:8.2f}")
+        step_ms = f"{row.batch / row.decode_tokens_per_s * 1e3:7.2f}" if row.decode_tokens_per_s else f"{'':>7}"
+        print(f"{row.shape:<12} {row.system:<15} {row.batch:>5} {row.output_tokens_per_s:10.0f} {decode} "
+              f"{step_ms} {row.floor_tokens_per_s:11.0f} {rate / row.floor_tokens_per_s:8.2f}")
     for step in graph_steps:
         print(f"{step.shape}: decode graph batch {step.batch} at {step.context} tokens: {step.step_ms:.2f} ms "
               f"(floor {step.floor_ms:.2f} ms, {step.floor_ms / step.step_ms:.2f} of floor)")

@@ -174,6 +174,12 @@ class Engine:
             self.max_waiting_requests = max_waiting_requests
         return self.call(apply)
 
+    def set_overlap_steps(self, enabled: bool) -> Future:
+        """Switches overlapped steps on or off from the next step on (benchmarks time both loops)."""
+        def apply() -> None:
+            self.overlap_steps = enabled
+        return self.call(apply)
+
     @property
     def num_requests(self) -> int:
         """Requests submitted and not yet finished (queued as tasks, waiting or running)."""
@@ -243,6 +249,7 @@ class Engine:
             elif isinstance(task, _Cancel):
                 task.future.set_result(self._cancel(task.request_id))
             else:
+                self._read_in_flight_step()  # a call sees every launched token read (and may swap the KV cache)
                 self._run_call(task)
 
     def _add(self, task: _Submit) -> None:
@@ -306,6 +313,11 @@ class Engine:
             self._complete(launched)
         elif launched is not None:
             self._in_flight = launched
+
+    def _read_in_flight_step(self) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            self._complete(in_flight)
 
     def _schedule_and_launch(self, previous: _InFlightStep | None) -> _InFlightStep | None:
         started_s = time.monotonic()

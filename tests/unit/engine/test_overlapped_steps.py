@@ -5,7 +5,6 @@ strings, max_output_tokens, cancellations, preemption and the prefix cache, and 
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import pytest
@@ -14,12 +13,19 @@ import torch
 from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
-from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOutput
+from arbi_grpc.engine.request import FinishReason, GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.models.attention_selection import build_kv_cache
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.serving import assemble_engine, build_runner
+from tests.unit.engine.stream_harness import (
+    Outputs,
+    assert_same_streams,
+    run_requests,
+    sampling_for,
+    token_ids,
+)
 
 TINY_CONFIG = ModelConfig.from_hf_config({
     "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128,
@@ -28,7 +34,6 @@ TINY_CONFIG = ModelConfig.from_hf_config({
     "bos_token_id": 1, "eos_token_id": 2,
 })
 MAX_MODEL_LEN = 256
-Outputs = dict[str, list[RequestOutput]]
 
 
 def _engine(overlap_steps: bool, num_blocks: int = 256, prefix_cache: bool = True) -> tuple[Engine, list[bool]]:
@@ -53,45 +58,6 @@ def _engine(overlap_steps: bool, num_blocks: int = 256, prefix_cache: bool = Tru
     return engine, overlapped
 
 
-def _run(engine: Engine, requests: list[GenerationRequest], cancel_after: dict[str, int] | None = None) -> Outputs:
-    """Submits every request before the engine thread starts (a deterministic first schedule), waits for all
-    and stops the engine; a request in `cancel_after` is cancelled from its sink once it has that many tokens."""
-    outputs: Outputs = {request.request_id: [] for request in requests}
-    done = threading.Semaphore(0)
-    cancel_after = cancel_after or {}
-
-    def sink_for(request_id: str):
-        def sink(output: RequestOutput) -> None:
-            outputs[request_id].append(output)
-            num_tokens = sum(len(o.tokens) for o in outputs[request_id])
-            if not output.finished and num_tokens == cancel_after.get(request_id):
-                engine.cancel(request_id)
-            if output.finished:
-                done.release()
-        return sink
-
-    for request in requests:
-        engine.submit(request, sink_for(request.request_id))
-    engine.start()
-    try:
-        for _ in requests:
-            assert done.acquire(timeout=120), "a request did not finish"
-        _check_pool_is_free(engine)
-    finally:
-        engine.shutdown()
-    return outputs
-
-
-def _check_pool_is_free(engine: Engine) -> None:
-    """Every block is free or a cached evictable one once all requests ended (checked on the engine thread)."""
-    def check() -> None:
-        kv = engine.scheduler.kv
-        kv.blocks.pool.check_invariants()
-        assert engine.scheduler.num_unfinished == 0
-        assert kv.num_free_blocks == kv.num_total_blocks
-    engine.call(check).result(timeout=30)
-
-
 def _prompts(count: int, seed: int, shared_prefix: int = 0) -> list[tuple[int, ...]]:
     generator = torch.Generator().manual_seed(seed)
     prefix = torch.randint(3, TINY_CONFIG.vocab_size, (shared_prefix,), generator=generator).tolist()
@@ -100,16 +66,9 @@ def _prompts(count: int, seed: int, shared_prefix: int = 0) -> list[tuple[int, .
             for n in lengths]
 
 
-def _sampling(index: int) -> SamplingParams:
-    """Greedy for even requests, seeded nucleus sampling for odd ones; logprobs on some."""
-    if index % 2 == 0:
-        return SamplingParams(temperature=0.0, logprobs_count=index % 3)
-    return SamplingParams(temperature=0.9, top_p=0.95, top_k=40, seed=1000 + index, logprobs_count=index % 3)
-
-
 def _requests(prompts: list[tuple[int, ...]], tag: str, **stopping) -> list[GenerationRequest]:
     return [
-        GenerationRequest(f"{tag}{i}", prompt, _sampling(i),
+        GenerationRequest(f"{tag}{i}", prompt, sampling_for(i),
                           StoppingParams(**{"max_output_tokens": 12 + 5 * (i % 4), **stopping}))
         for i, prompt in enumerate(prompts)
     ]
@@ -120,37 +79,10 @@ def _both_modes(make_requests, num_blocks: int = 256, prefix_cache: bool = True,
     runs = {}
     for overlap in (False, True):
         engine, overlapped = _engine(overlap, num_blocks, prefix_cache)
-        runs[overlap] = (_run(engine, make_requests(), cancel_after), overlapped, engine)
+        runs[overlap] = (run_requests(engine, make_requests(), cancel_after), overlapped, engine)
     (sync, sync_launches, _), (overlap, overlap_launches, overlap_engine) = runs[False], runs[True]
     assert not any(sync_launches)
     return sync, overlap, overlap_launches, overlap_engine
-
-
-def _assert_same_streams(overlap: Outputs, sync: Outputs) -> None:
-    """Equal outputs: token ids, text, finish reasons and counts exactly; log-probabilities within float32
-    rounding (a sequence that ends on a stop condition is computed once more in the overlapped loop, which
-    changes the batch shape of that step and so the last bits of its neighbours' logits)."""
-    assert overlap.keys() == sync.keys()
-    for request_id, expected in sync.items():
-        got = overlap[request_id]
-        assert [_without_logprobs(o) for o in got] == [_without_logprobs(o) for o in expected], request_id
-        torch.testing.assert_close(_logprobs(got), _logprobs(expected), rtol=0, atol=1e-5)
-
-
-def _without_logprobs(output: RequestOutput) -> RequestOutput:
-    tokens = tuple(replace(t, logprob=0.0, top_logprobs=tuple((i, 0.0) for i, _ in t.top_logprobs))
-                   for t in output.tokens)
-    return replace(output, tokens=tokens)
-
-
-def _logprobs(outputs: list[RequestOutput]) -> torch.Tensor:
-    values = [v for o in outputs for t in o.tokens for v in (t.logprob, *(lp for _, lp in t.top_logprobs))]
-    values += [v for o in outputs if o.prompt_logprobs for v in o.prompt_logprobs[1:]]
-    return torch.tensor(values, dtype=torch.float64)
-
-
-def _token_ids(outputs: list[RequestOutput]) -> list[int]:
-    return [token.token_id for output in outputs for token in output.tokens]
 
 
 def test_streams_equal_the_synchronous_loop_with_every_stop_condition() -> None:
@@ -159,7 +91,7 @@ def test_streams_equal_the_synchronous_loop_with_every_stop_condition() -> None:
     assert plain_overlap == plain  # max_output_tokens ends are known ahead: even the batches are the same
     # Stop conditions taken from the plain run, so that they fire mid-stream.
     texts = {rid: "".join(o.text for o in outs) for rid, outs in plain.items()}
-    tokens = {rid: _token_ids(outs) for rid, outs in plain.items()}
+    tokens = {rid: token_ids(outs) for rid, outs in plain.items()}
 
     def stopping_requests() -> list[GenerationRequest]:
         requests = []
@@ -175,7 +107,7 @@ def test_streams_equal_the_synchronous_loop_with_every_stop_condition() -> None:
         return requests
 
     sync, overlap, overlapped, _ = _both_modes(stopping_requests)
-    _assert_same_streams(overlap, sync)
+    assert_same_streams(overlap, sync)
     reasons = {outs[-1].finish_reason for outs in sync.values()}
     assert reasons >= {FinishReason.STOP_TOKEN, FinishReason.STOP_STRING, FinishReason.MAX_OUTPUT_TOKENS}
     assert sum(overlapped) > len(overlapped) // 2  # most launches ran ahead of the host
@@ -187,10 +119,10 @@ def test_cancellations_end_streams_at_the_same_token() -> None:
     prompts = _prompts(6, seed=2)
     cancel_after = {"c1": 3, "c2": 1, "c4": 7}
     sync, overlap, overlapped, _ = _both_modes(lambda: _requests(prompts, "c"), cancel_after=cancel_after)
-    _assert_same_streams(overlap, sync)
+    assert_same_streams(overlap, sync)
     for request_id, count in cancel_after.items():
         assert sync[request_id][-1].finish_reason is FinishReason.CANCELLED
-        assert len(_token_ids(sync[request_id])) == count
+        assert len(token_ids(sync[request_id])) == count
     assert any(overlapped)
 
 
@@ -199,7 +131,7 @@ def test_preemption_and_the_prefix_cache_give_the_same_outputs() -> None:
     prompts = _prompts(12, seed=3, shared_prefix=9)
     sync, overlap, overlapped, engine = _both_modes(lambda: _requests(prompts, "p", max_output_tokens=30),
                                                     num_blocks=40)
-    _assert_same_streams(overlap, sync)
+    assert_same_streams(overlap, sync)
     assert engine.stats().num_preemptions > 0
     assert any(o.cached_prompt_token_count for outs in sync.values() for o in outs)  # prefixes were reused
     assert any(overlapped)
@@ -219,14 +151,14 @@ def test_requests_that_need_host_history_read_each_step_first() -> None:
         return requests
 
     sync, overlap, _, _ = _both_modes(make, prefix_cache=False)
-    _assert_same_streams(overlap, sync)
+    assert_same_streams(overlap, sync)
     assert sync["h2"][0].prompt_logprobs is not None
 
 
 @pytest.mark.parametrize("overlap_steps", [False, True])
 def test_a_sequence_ending_at_its_last_token_is_not_scheduled_again(overlap_steps: bool) -> None:
     engine, overlapped = _engine(overlap_steps)
-    outputs = _run(engine, [GenerationRequest("one", (5, 6, 7), SamplingParams(temperature=0.0),
+    outputs = run_requests(engine, [GenerationRequest("one", (5, 6, 7), SamplingParams(temperature=0.0),
                                               StoppingParams(max_output_tokens=9, ignore_eos=True))])
-    assert len(_token_ids(outputs["one"])) == 9
+    assert len(token_ids(outputs["one"])) == 9
     assert len(overlapped) == 9  # one prefill step and eight decodes; no tenth, discarded step
