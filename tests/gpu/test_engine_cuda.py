@@ -2,34 +2,50 @@
 
 Random-weight models check the numbers without tie-fragile greedy comparisons: every token the GPU engine
 generated is re-scored by the CPU reference (its prompt log-probabilities) and must carry the same logprob
-and be the reference's best choice within tolerance. The real SmolLM2 checks greedy text equality.
+and be the reference's best choice within tolerance. The real SmolLM2 checks greedy text equality. The
+overlapped loop (the default; tokens carried on the device) is checked against the synchronous one.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.offline import CompletedRequest, generate
-from arbi_grpc.engine.request import GenerationRequest
+from arbi_grpc.engine.request import FinishReason, GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.models.attention_selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
+from arbi_grpc.models.attention_selection import (
+    TORCH_DTYPES,
+    build_kv_cache,
+    select_attention_backend,
+)
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 from arbi_grpc.serving import assemble_engine, build_runner
+from tests.unit.engine.stream_harness import (
+    Outputs,
+    assert_same_streams,
+    run_requests,
+    sampling_for,
+    token_ids,
+)
 
 
-def _engine(model: CausalLM, config: ModelConfig, engine_config: EngineConfig):
+def _engine(model: CausalLM, config: ModelConfig, engine_config: EngineConfig, start: bool = True) -> Engine:
     backend = model.model.layers[0].self_attn.backend
     kv_cache = build_kv_cache(engine_config, config, num_blocks=256)
     runner, _ = build_runner(model, kv_cache, engine_config, engine_config.max_model_len, backend)
     engine = assemble_engine(runner, config, synthetic_tokenizer(config.vocab_size), engine_config,
                              engine_config.max_model_len)
-    engine.start()
+    if start:
+        engine.start()
     return engine
 
 
@@ -126,3 +142,40 @@ def test_real_smollm2_greedy_text_equals_the_cpu_path(smollm2_dir) -> None:
     assert agreeing >= len(prompts) // 2
     first_tokens_agree = sum(g[:8] == c[:8] for g, c in zip(outputs["cuda-bf16"], outputs["cpu"]))
     print(f"bf16 outputs whose first 8 tokens equal the CPU path's: {first_tokens_agree}/{len(prompts)}")
+
+
+@pytest.mark.parametrize("graph_batch", [0, 16])
+def test_overlapped_steps_stream_what_the_synchronous_loop_streams(graph_batch: int) -> None:
+    """On CUDA (fp32 weights, Triton kernels) the overlapped loop, whose input ids come from the previous step's
+    sampled tokens on the device, streams the synchronous loop's outputs: greedy and seeded, stop tokens,
+    max_output_tokens, cancellations, a shared prefix; the KV pool is free at the end of each run."""
+    config = model_config_for_shape("smollm2-135m")
+    engine_config = EngineConfig(device="cuda", dtype="float32", cuda_graph_max_batch=graph_batch, max_model_len=512,
+                                 max_running_requests=16, max_step_tokens=96, max_prefill_chunk_tokens=64,
+                                 enable_prefix_cache=True, kv_cache_memory_mib=512)
+    model = _on_device(random_causal_lm(config, torch.float32, "cpu", seed=3), config, engine_config)
+    generator = torch.Generator().manual_seed(12)
+    shared = torch.randint(0, config.vocab_size, (40,), generator=generator).tolist()
+    prompts = [tuple(shared + torch.randint(0, config.vocab_size, (n,), generator=generator).tolist())
+               for n in (1, 7, 16, 33, 90, 150, 5, 61, 17, 2, 120, 3)]
+
+    def requests(stop_token_ids: dict[int, int]) -> list[GenerationRequest]:
+        return [
+            GenerationRequest(f"o{i}", prompt, sampling_for(i), StoppingParams(
+                max_output_tokens=10 + 4 * (i % 5), ignore_eos=True,
+                stop_token_ids=(stop_token_ids[i],) if i in stop_token_ids else ()))
+            for i, prompt in enumerate(prompts)
+        ]
+
+    def run(overlap_steps: bool, stop_token_ids: dict[int, int], cancel_after: dict[str, int]) -> Outputs:
+        engine = _engine(model, config, replace(engine_config, overlap_steps=overlap_steps), start=False)
+        return run_requests(engine, requests(stop_token_ids), cancel_after)
+
+    plain = run(False, {}, {})
+    stops = {i: token_ids(plain[f"o{i}"])[4] for i in range(0, len(prompts), 3)}
+    cancel_after = {"o1": 2, "o5": 6}
+    sync = run(False, stops, cancel_after)
+    overlap = run(True, stops, cancel_after)
+    assert_same_streams(overlap, sync, logprob_tolerance=2e-3)
+    assert {outs[-1].finish_reason for outs in sync.values()} == {
+        FinishReason.STOP_TOKEN, FinishReason.MAX_OUTPUT_TOKENS, FinishReason.CANCELLED}
