@@ -7,10 +7,12 @@ codes round((z - zero) / step) half to even, then REFIT_ROUNDS least-squares ref
 group's squared error; codes densely packed. Every rounding is torch's (IEEE division, no FMA contraction);
 only the order of the refit's sums differs, so a near-tie can rarely pick the other, equally good, encoding.
 Positions below `sink_tokens` also store z itself (fp16) in the sink pool. One program encodes BLOCK_T tokens
-of one kv head; a negative slot (padding) is skipped.
+of one kv head, keys or values; a negative slot (padding) is skipped.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -18,8 +20,10 @@ import triton.language as tl
 
 from arbi_kernels.checks import (
     require_dtype,
+    require_num_warps,
     require_same_device,
     require_shape,
+    require_tile_size,
     require_unit_last_stride,
 )
 from arbi_kernels.tkv_core import (
@@ -33,7 +37,7 @@ SMALLEST_STEP = tl.constexpr(2.0**-14)
 """Smallest fp16 normal: the floor of a group's step (arbi_grpc.kv_codec.quantize.SMALLEST_STEP)."""
 REFIT_ROUNDS = tl.constexpr(2)
 """Least-squares refits of each group's (zero, scale) after the min/max start (arbi_grpc.kv_codec.quantize)."""
-TOKENS_PER_PROGRAM = 16
+MAX_TOKENS_PER_PROGRAM = 16
 
 
 @triton.jit
@@ -167,22 +171,47 @@ def _tkv_write_kernel(
     PAGE_SIZE: tl.constexpr, SINK_TOKENS: tl.constexpr, ROTATE: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
+    """Program (token block, kv head, 0 for keys / 1 for values)."""
     tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     kv_head = tl.program_id(1)
     in_range = tokens < num_tokens
     slots = tl.load(slot_mapping_ptr + tokens, mask=in_range, other=-1)  # [BLOCK_T] int64
     keep = in_range & (slots >= 0)
     positions = tl.load(positions_ptr + tokens, mask=keep, other=0)
-    _encode_head_vectors(
-        key_ptr, stride_key_token, kv_head, stride_key_head, tokens, keep, slots, positions, num_kv_heads,
-        key_channel_scale_ptr, key_shift_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
-        KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
-    )
-    _encode_head_vectors(
-        value_ptr, stride_value_token, kv_head, stride_value_head, tokens, keep, slots, positions, num_kv_heads,
-        value_channel_scale_ptr, value_shift_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr,
-        VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
-    )
+    if tl.program_id(2) == 0:
+        _encode_head_vectors(
+            key_ptr, stride_key_token, kv_head, stride_key_head, tokens, keep, slots, positions, num_kv_heads,
+            key_channel_scale_ptr, key_shift_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
+            KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
+        )
+    else:
+        _encode_head_vectors(
+            value_ptr, stride_value_token, kv_head, stride_value_head, tokens, keep, slots, positions,
+            num_kv_heads, value_channel_scale_ptr, value_shift_ptr, value_codes_ptr, value_scale_ptr,
+            value_zero_ptr, value_sink_ptr, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE,
+            LOG2_HEAD_DIM, BLOCK_T,
+        )
+
+
+@dataclass(frozen=True)
+class WriteTiles:
+    """Launch shape of the write: tokens per program and warps."""
+
+    block_t: int
+    num_warps: int
+
+    def __post_init__(self) -> None:
+        require_tile_size("block_t", self.block_t, minimum=1)
+        require_num_warps(self.num_warps)
+
+
+def default_write_tiles(num_tokens: int, head_dim: int) -> WriteTiles:
+    """Decode writes a handful of tokens, and its time is the latency of one program's chain of dependent steps
+    (rotation, min/max, refits): few tokens per program and few warps keep that chain short and spread the
+    tokens over more programs. Prefill-sized writes take MAX_TOKENS_PER_PROGRAM tokens a program, 8 warps at
+    D=128 (no register spills on sm_90)."""
+    block_t = min(MAX_TOKENS_PER_PROGRAM, triton.next_power_of_2(max(num_tokens, 1)))
+    return WriteTiles(block_t, max(1, min(8, block_t * head_dim // 256)))
 
 
 def write_tkv_cache(
@@ -191,12 +220,14 @@ def write_tkv_cache(
     positions: torch.Tensor,
     slot_mapping: torch.Tensor,
     layer: TkvLayerTensors,
+    tiles: WriteTiles | None = None,
 ) -> None:
     """Encode key/value [T, Hkv, D] (model space, after RoPE; fp32, fp16 or bf16) into `layer`'s pools in place.
 
     positions: [T] int64 sequence positions (those below layer.sink_tokens also fill the sink pool);
     slot_mapping: [T] int64 flat slots (block_id * block_size + offset), negative = skip. Inputs must lie in
     fp16 range after the channel transform. Slots past the pool are not checked (no device sync).
+    tiles: None takes default_write_tiles (the benchmark compares others).
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
     require_dtype("key", key, (torch.float32, torch.float16, torch.bfloat16))
@@ -213,7 +244,8 @@ def write_tkv_cache(
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return
-    _tkv_write_kernel[(triton.cdiv(num_tokens, TOKENS_PER_PROGRAM), num_kv_heads)](
+    tiles = tiles or default_write_tiles(num_tokens, head_dim)
+    _tkv_write_kernel[(triton.cdiv(num_tokens, tiles.block_t), num_kv_heads, 2)](
         key, value, positions, slot_mapping,
         code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
         layer.key_channel_scale, layer.key_shift,
@@ -223,6 +255,6 @@ def write_tkv_cache(
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, HEAD_DIM=head_dim, GROUP=layer.group_size,
         PAGE_SIZE=page_size, SINK_TOKENS=layer.sink_tokens, ROTATE=bool(layer.rotate),
-        LOG2_HEAD_DIM=head_dim.bit_length() - 1, BLOCK_T=TOKENS_PER_PROGRAM,
-        num_warps=8, enable_fp_fusion=False,  # 8 warps: no spills at D=128 on sm_90; no FMA: torch's roundings
+        LOG2_HEAD_DIM=head_dim.bit_length() - 1, BLOCK_T=tiles.block_t,
+        num_warps=tiles.num_warps, enable_fp_fusion=False,  # no FMA contraction: torch's roundings
     )

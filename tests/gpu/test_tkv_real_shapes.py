@@ -15,6 +15,7 @@ from arbi_kernels import (
     write_tkv_cache,
 )
 from arbi_kernels.prefill_attention import PrefillTiles
+from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
 from arbi_kernels.tkv_reference import (
     tkv_paged_decode_attention_reference,
     tkv_paged_prefill_attention_reference,
@@ -80,6 +81,22 @@ def test_write_matches_the_codec(key_bits, value_bits, head_dim, page_size, devi
     assert_same_encoding(layer, expected)
 
 
+@pytest.mark.parametrize("num_tokens", [1, 3, 8, 32])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_decode_sized_writes_match_the_codec(num_tokens, head_dim, device, generator):
+    """The small programs default_write_tiles picks for a decode step's tokens, compiled."""
+    shape = TkvShape(NUM_KV_HEADS * 4, NUM_KV_HEADS * 4, head_dim, 16, 4, 3, 32, sink_tokens=1)
+    layer = random_tkv_layer(shape, 64, device, generator)
+    expected = copy_pools(layer)
+    slots = torch.randperm(64 * 16, generator=generator, device=device)[:num_tokens]
+    positions = positions_of_slots(slots, 16, generator)
+    key, value = random_model_space_kv(positions, shape.num_kv_heads, head_dim, device, generator)
+    key, value = key.to(torch.bfloat16), value.to(torch.bfloat16)
+    write_tkv_cache(key, value, positions, slots, layer)
+    write_tkv_cache_reference(key, value, positions, slots, expected)
+    assert_same_encoding(layer, expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_transforms_match_torch_bit_for_bit(head_dim, dtype, device, generator):
@@ -120,6 +137,23 @@ def test_decode_every_benchmarked_tile_shape(tiles, key_bits, value_bits, device
     seq_lens = [int(torch.randint(4096, 12289, (1,), generator=generator, device=device)), 1, 300]
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, 128, 16, key_bits, value_bits)
     _decode(random_tkv_batch(shape, [1] * 3, seq_lens, device, generator), tiles=tiles)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "key_bits", "value_bits", "sink_tokens"),
+    [(128, 4, 4, 1), (128, 4, 2, 3), (128, 8, 4, 0), (64, 4, 4, 1), (64, 3, 4, 2)],
+)
+def test_decode_ptx_nibbles(head_dim, key_bits, value_bits, sink_tokens, device, generator):
+    """4-bit codes made float16 by inline PTX: against the reference, and against Triton's unpacking on the same
+    tiles (same float16 operands, so equal up to the order of the dots' sums)."""
+    seq_lens = [int(torch.randint(4096, 12289, (1,), generator=generator, device=device)), 1, 300, 17]
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, key_bits, value_bits, 32, sink_tokens)
+    batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
+    arguments = (batch.query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
+    outputs = [tkv_paged_decode_attention(*arguments, tiles=TkvDecodeTiles(64, 4, 2, ptx_nibbles=ptx))
+               for ptx in (True, False)]
+    assert_tkv_close(outputs[0], tkv_paged_decode_attention_reference(*arguments), torch.float16)
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
 
 
 def test_decode_replays_in_a_cuda_graph(device, generator):

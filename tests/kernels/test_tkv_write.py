@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 import torch
+import triton
 from arbi_kernels import write_tkv_cache
 from arbi_kernels.tkv_reference import write_tkv_cache_reference
 from arbi_kernels.tkv_testing import (
@@ -16,19 +17,22 @@ from arbi_kernels.tkv_testing import (
     random_model_space_kv,
     random_tkv_layer,
 )
+from arbi_kernels.tkv_write import WriteTiles, default_write_tiles
 
 
-def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, generator):
+def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, generator,
+                tiles: WriteTiles | None = None):
     num_blocks = num_tokens // shape.page_size + 3
     layer = random_tkv_layer(shape, num_blocks, device, generator)
     expected = copy_pools(layer)
     slots = torch.randperm(num_blocks * shape.page_size, generator=generator)[:num_tokens]
-    slots[torch.randint(0, num_tokens, (2,), generator=generator)] = -1  # padding tokens
+    if num_tokens > 4:
+        slots[torch.randint(0, num_tokens, (2,), generator=generator)] = -1  # padding tokens
     slots = slots.to(device)
     positions = positions_of_slots(slots, shape.page_size, generator)
     key, value = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, device, generator)
     key, value = key.to(dtype), value.to(dtype)
-    write_tkv_cache(key, value, positions, slots, layer)
+    write_tkv_cache(key, value, positions, slots, layer, tiles)
     write_tkv_cache_reference(key, value, positions, slots, expected)
     return layer, expected
 
@@ -48,6 +52,21 @@ def test_matches_the_codec(key_bits, value_bits, head_dim, group_size, sink_toke
                                    generator):
     shape = TkvShape(4, 2, head_dim, 16, key_bits, value_bits, group_size, sink_tokens, rotate)
     assert_same_encoding(*_write_both(shape, 37, dtype, device, generator))
+
+
+@pytest.mark.parametrize("num_tokens", [1, 2, 3, 6])
+def test_decode_sized_writes_take_small_programs(num_tokens, device, generator):
+    """A decode step's few tokens: one to eight tokens a program (default_write_tiles), keys and values apart."""
+    tiles = default_write_tiles(num_tokens, 64)
+    assert tiles.block_t == triton.next_power_of_2(num_tokens)
+    shape = TkvShape(4, 2, 64, 16, 4, 3, 32, 1, True)
+    assert_same_encoding(*_write_both(shape, num_tokens, torch.bfloat16, device, generator))
+
+
+@pytest.mark.parametrize("tiles", [WriteTiles(1, 1), WriteTiles(4, 2), WriteTiles(16, 4)])
+def test_every_write_tile_shape_matches_the_codec(tiles, device, generator):
+    shape = TkvShape(4, 2, 64, 16, 3, 5, 16, 2, True)
+    assert_same_encoding(*_write_both(shape, 21, torch.float16, device, generator, tiles))
 
 
 def test_strided_key_and_value_views(device, generator):
