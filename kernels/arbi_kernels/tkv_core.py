@@ -241,13 +241,53 @@ def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.
     return words, scale, zero
 
 
+NIBBLE_PAIRS_PTX = tl.constexpr("""{
+    .reg .b32 mask, bias, pair;
+    mov.b32 mask, 0x000F000F;
+    mov.b32 bias, 0x64006400;
+    lop3.b32 pair, $4, mask, bias, 0xEA;
+    sub.rn.f16x2 $0, pair, bias;
+    shr.u32 pair, $4, 4;
+    lop3.b32 pair, pair, mask, bias, 0xEA;
+    sub.rn.f16x2 $1, pair, bias;
+    shr.u32 pair, $4, 8;
+    lop3.b32 pair, pair, mask, bias, 0xEA;
+    sub.rn.f16x2 $2, pair, bias;
+    shr.u32 pair, $4, 12;
+    lop3.b32 pair, pair, mask, bias, 0xEA;
+    sub.rn.f16x2 $3, pair, bias;
+}""")
+"""One 4-bit word ($4, repeated in $5..$11) to its 8 codes as float16, two per output register: register r holds
+codes r (low half) and r + 4 (high half), 16 bits apart in the word, so one lop3 ((w >> 4r) & 0x000F000F) |
+0x64006400 masks both and gives them the exponent of 1024, and one packed subtraction removes the 1024. Output
+element 2r + e is code r + 4e: the code_channels order."""
+
+
+@triton.jit
+def nibble_words_as_halves(words, HEAD_DIM: tl.constexpr):
+    """[N, D/8] 4-bit words -> float16 codes [N, D] in code_channels order by inline PTX (compiled kernels only,
+    not the interpreter): 7 integer instructions and 4 packed subtractions per word, where Triton's unpack_words
+    plus codes_as_floats take about twice that (sm_90 SASS). The asm packs the 8 elements of one thread's
+    [2, 2, 2] join in register order, which is the order of unpack_words' join."""
+    copies = tl.join(words, words)
+    copies = tl.join(copies, copies)
+    copies = tl.join(copies, copies)  # [N, D/8, 2, 2, 2]: the word once per code, in one thread's registers
+    codes = tl.inline_asm_elementwise(NIBBLE_PAIRS_PTX, "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [copies], dtype=tl.float16,
+                                      is_pure=True, pack=8)
+    return tl.reshape(codes, [words.shape[0], HEAD_DIM])
+
+
 @triton.jit
 def decode_vectors(words, scale, zero, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
-                   DTYPE: tl.constexpr):
+                   DTYPE: tl.constexpr, PTX_NIBBLES: tl.constexpr = False):
     """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order. In float16 that is one
-    fused multiply-add of exact operands, so one rounding, as in float32 then a cast."""
-    codes = unpack_words(words, BITS, HEAD_DIM)  # [N, D]
-    codes = codes_as_floats(tl.reshape(codes, [words.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
+    fused multiply-add of exact operands, so one rounding, as in float32 then a cast. PTX_NIBBLES: 4-bit codes
+    into float16 by nibble_words_as_halves (GPU only), the same values in fewer instructions."""
+    if PTX_NIBBLES and BITS == 4 and DTYPE == tl.float16:
+        codes = tl.reshape(nibble_words_as_halves(words, HEAD_DIM), [words.shape[0], HEAD_DIM // GROUP, GROUP])
+    else:
+        codes = unpack_words(words, BITS, HEAD_DIM)  # [N, D]
+        codes = codes_as_floats(tl.reshape(codes, [words.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
     values = zero.to(DTYPE)[:, :, None] + codes * scale.to(DTYPE)[:, :, None]  # [N, D/G, G]
     return tl.reshape(values, [words.shape[0], HEAD_DIM])
 
@@ -282,18 +322,19 @@ def attend_coded_tile(
     key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
     APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr = True,
+    PTX_NIBBLES: tl.constexpr = False,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
     K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype.
-    MASK_WORDS: as load_coded_vectors."""
+    MASK_WORDS: as load_coded_vectors; PTX_NIBBLES: as decode_vectors."""
     vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
                                             HEAD_DIM, GROUP, MASK_WORDS)
-    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION)
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
                                             VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
-    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_i, l_i, acc
 
@@ -302,12 +343,12 @@ def attend_coded_tile(
 def attend_decoded_tile(
     q, visible, key_words, key_scale, key_zero, value_words, value_scale, value_zero, m_i, l_i, acc,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PTX_NIBBLES: tl.constexpr = False,
 ):
     """attend_coded_tile over a tile whose words, scales and zeros were loaded earlier (load_coded_vectors)."""
-    k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
+    k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, True, DOT_PRECISION)
-    v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
+    v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_i, l_i, acc
 

@@ -60,7 +60,10 @@ class TkvDecodeTiles:
     programs fit an SM: None lets the compiler choose. mask_words predicates every packed-word load on its position
     being a coded one, as the kernel first did; by default only the block ids, scales and zeros are masked (a
     position outside the split reads block 0's words, which decode to 0 with a scale and zero of 0): on sm_90 that
-    takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (bench_tkv.py --decode-only)."""
+    takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (bench_tkv.py --decode-only).
+    ptx_nibbles: 4-bit codes made float16 by inline PTX (tkv_core.nibble_words_as_halves), on CUDA with float16
+    compute only (the interpreter and other widths keep Triton's unpacking): about 20% fewer instructions per tile
+    on sm_90; untimed yet, hence off by default."""
 
     block_n: int = 64
     num_warps: int = 4
@@ -68,6 +71,7 @@ class TkvDecodeTiles:
     prefetch: bool = False
     max_registers: int | None = None
     mask_words: bool = False
+    ptx_nibbles: bool = False
 
     def __post_init__(self) -> None:
         require_tile_size("block_n", self.block_n)
@@ -91,7 +95,7 @@ def _tkv_decode_partition_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr,
+    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, PTX_NIBBLES: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -146,7 +150,7 @@ def _tkv_decode_partition_kernel(
                                        PAGE_SIZE) * num_kv_heads + kv_head
             m_i, l_i, acc = attend_decoded_tile(
                 q, coded[None, :], key_words, key_scale, key_zero, value_words, value_scale, value_zero,
-                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION,
+                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION, PTX_NIBBLES,
             )
             tokens, coded = next_tokens, next_coded
             key_words, key_scale, key_zero = next_key_words, next_key_scale, next_key_zero
@@ -158,7 +162,7 @@ def _tkv_decode_partition_kernel(
             m_i, l_i, acc = attend_coded_tile(
                 q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, PTX_NIBBLES,
             )
 
     has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
@@ -245,7 +249,7 @@ def tkv_paged_decode_attention(
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
         DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
-        num_warps=tiles.num_warps,
+        PTX_NIBBLES=tiles.ptx_nibbles and query.is_cuda and compute_dtype == torch.float16, num_warps=tiles.num_warps,
         num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
     )
     if not single_split:

@@ -170,3 +170,14 @@ def test_unmasked_word_loads_match_masked_ones(head_dim, key_bits, value_bits, s
     ]
     assert torch.equal(outputs[0], outputs[1])
     assert not TkvDecodeTiles().mask_words
+
+
+def test_ptx_nibbles_fall_back_where_ptx_cannot_run(device, generator):
+    """Inline PTX needs a compiled CUDA kernel: elsewhere (the interpreter) and with float32 tiles the flag keeps
+    Triton's unpacking, with the same output. tests/gpu times and checks the PTX path itself."""
+    shape = TkvShape(8, 2, 128, 16, 4, 4, 32, 1)
+    batch = random_tkv_batch(shape, [1] * 2, [5, 70], device, generator)
+    for compute_dtype in (torch.float32, torch.float16):
+        outputs = [_check(batch, batch.query, compute_dtype, num_splits=2,
+                          tiles=TkvDecodeTiles(block_n=32, num_stages=2, ptx_nibbles=ptx)) for ptx in (True, False)]
+        assert torch.equal(outputs[0], outputs[1])
