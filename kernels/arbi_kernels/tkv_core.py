@@ -13,6 +13,7 @@ precision. Pools are contiguous, so a head vector's index is `slot * num_kv_head
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 import torch
@@ -159,18 +160,22 @@ def sink_vectors(block_table_row, tokens, token_valid, kv_head, num_kv_heads, SI
 
 @triton.jit
 def load_words(codes_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr = True):
-    """[N, D/8] little-endian words: word i of a head vector holds its codes 8i..8i+7, code k at bit k*BITS.
-    MASKED=False loads every row unpredicated (garbage where not `valid`): all `vectors` must lie in the pool."""
-    octets = tl.arange(0, HEAD_DIM // 8)
+    """[N, D/8] little-endian words: word i of a head vector holds its codes 8i..8i+7, code k at bit k*BITS; or,
+    for 4 bits from the pool viewed as int64 (nibble_pair_view), [N, D/16] pairs of words (word 2j in the low
+    half). MASKED=False loads every row unpredicated (garbage where not `valid`): all `vectors` must lie in the
+    pool."""
+    UNITS_PER_VECTOR: tl.constexpr = HEAD_DIM * BITS // 8 // (codes_ptr.dtype.element_ty.primitive_bitwidth // 8)
     row_mask = valid[:, None] if MASKED else tl.full([vectors.shape[0], 1], True, tl.int1)  # the latter folds away
     if BITS == 2 or BITS == 4 or BITS == 8:  # codes_ptr is the pool viewed as int16 / int32 / int64
-        word_ptrs = codes_ptr + vectors[:, None] * (HEAD_DIM // 8) + octets[None, :]
+        units = tl.arange(0, UNITS_PER_VECTOR)
+        word_ptrs = codes_ptr + vectors[:, None] * UNITS_PER_VECTOR + units[None, :]
         words = tl.load(word_ptrs, mask=row_mask, other=0) if MASKED else tl.load(word_ptrs)
     else:  # 3, 5, 6 bits: word i is BITS bytes from byte i*BITS, read from the pool's int32 or uint8 units
         UNIT_BYTES: tl.constexpr = codes_ptr.dtype.element_ty.primitive_bitwidth // 8
         UNSIGNED: tl.constexpr = tl.uint32 if UNIT_BYTES == 4 else tl.uint8
         UNITS: tl.constexpr = 2 if UNIT_BYTES == 4 else BITS  # units one word can overlap (BITS <= 6)
         word_type: tl.constexpr = tl.int32 if BITS * 8 <= 32 else tl.int64
+        octets = tl.arange(0, HEAD_DIM // 8)
         first_byte = octets * BITS
         first_unit = first_byte // UNIT_BYTES
         unit_offsets = vectors[:, None] * (HEAD_DIM * BITS // 8 // UNIT_BYTES) + first_unit[None, :]  # [N, D/8]
@@ -242,49 +247,71 @@ def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.
 
 
 NIBBLE_PAIRS_PTX = tl.constexpr("""{
-    .reg .b32 mask, bias, pair;
+    .reg .b32 mask, bias, half, low, high;
     mov.b32 mask, 0x000F000F;
     mov.b32 bias, 0x64006400;
-    lop3.b32 pair, $4, mask, bias, 0xEA;
-    sub.rn.f16x2 $0, pair, bias;
-    shr.u32 pair, $4, 4;
-    lop3.b32 pair, pair, mask, bias, 0xEA;
-    sub.rn.f16x2 $1, pair, bias;
-    shr.u32 pair, $4, 8;
-    lop3.b32 pair, pair, mask, bias, 0xEA;
-    sub.rn.f16x2 $2, pair, bias;
-    shr.u32 pair, $4, 12;
-    lop3.b32 pair, pair, mask, bias, 0xEA;
-    sub.rn.f16x2 $3, pair, bias;
+    mov.b64 {low, high}, $8;
+    lop3.b32 half, low, mask, bias, 0xEA;
+    sub.rn.f16x2 $0, half, bias;
+    shr.u32 half, low, 4;
+    lop3.b32 half, half, mask, bias, 0xEA;
+    sub.rn.f16x2 $1, half, bias;
+    shr.u32 half, low, 8;
+    lop3.b32 half, half, mask, bias, 0xEA;
+    sub.rn.f16x2 $2, half, bias;
+    shr.u32 half, low, 12;
+    lop3.b32 half, half, mask, bias, 0xEA;
+    sub.rn.f16x2 $3, half, bias;
+    lop3.b32 half, high, mask, bias, 0xEA;
+    sub.rn.f16x2 $4, half, bias;
+    shr.u32 half, high, 4;
+    lop3.b32 half, half, mask, bias, 0xEA;
+    sub.rn.f16x2 $5, half, bias;
+    shr.u32 half, high, 8;
+    lop3.b32 half, half, mask, bias, 0xEA;
+    sub.rn.f16x2 $6, half, bias;
+    shr.u32 half, high, 12;
+    lop3.b32 half, half, mask, bias, 0xEA;
+    sub.rn.f16x2 $7, half, bias;
 }""")
-"""One 4-bit word ($4, repeated in $5..$11) to its 8 codes as float16, two per output register: register r holds
-codes r (low half) and r + 4 (high half), 16 bits apart in the word, so one lop3 ((w >> 4r) & 0x000F000F) |
-0x64006400 masks both and gives them the exponent of 1024, and one packed subtraction removes the 1024. Output
-element 2r + e is code r + 4e: the code_channels order."""
+"""Two 4-bit words (int64 $8; $9..$23 are copies) to their 16 codes as float16, two per output register: register
+r < 4 holds codes r and r + 4 of the low word, 16 bits apart, so one lop3 ((w >> 4r) & 0x000F000F) | 0x64006400
+masks both and gives them the exponent of 1024, one packed subtraction removes the 1024; registers 4..7 the same
+for the high word. Output element 2r + e of each word is code r + 4e: the code_channels order."""
 
 
 @triton.jit
-def nibble_words_as_halves(words, HEAD_DIM: tl.constexpr):
-    """[N, D/8] 4-bit words -> float16 codes [N, D] in code_channels order by inline PTX (compiled kernels only,
-    not the interpreter): 7 integer instructions and 4 packed subtractions per word, where Triton's unpack_words
-    plus codes_as_floats take about twice that (sm_90 SASS). The asm packs the 8 elements of one thread's
-    [2, 2, 2] join in register order, which is the order of unpack_words' join."""
-    copies = tl.join(words, words)
+def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr):
+    """[N, D/16] int64 pairs of 4-bit words -> float16 codes [N, D] in code_channels order, by inline PTX
+    (compiled kernels only, not the interpreter): per 8 codes 3 shifts, 4 lop3 and 4 packed subtractions, about
+    half of what unpack_words plus codes_as_floats take (sm_90 SASS). inline_asm_elementwise hands one asm the 16
+    elements of one thread's [2, 2, 2, 2] join in register order, the join order of unpack_words."""
+    copies = tl.join(pairs, pairs)
     copies = tl.join(copies, copies)
-    copies = tl.join(copies, copies)  # [N, D/8, 2, 2, 2]: the word once per code, in one thread's registers
-    codes = tl.inline_asm_elementwise(NIBBLE_PAIRS_PTX, "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [copies], dtype=tl.float16,
-                                      is_pure=True, pack=8)
-    return tl.reshape(codes, [words.shape[0], HEAD_DIM])
+    copies = tl.join(copies, copies)
+    copies = tl.join(copies, copies)  # [N, D/16, 2, 2, 2, 2]: the pair once per code, in one thread's registers
+    codes = tl.inline_asm_elementwise(NIBBLE_PAIRS_PTX, "=r,=r,=r,=r,=r,=r,=r,=r" + ",l" * 16, [copies],
+                                      dtype=tl.float16, is_pure=True, pack=16)
+    return tl.reshape(codes, [pairs.shape[0], HEAD_DIM])
+
+
+def nibble_pair_view(codes: torch.Tensor, bits: int) -> torch.Tensor | None:
+    """A 4-bit code pool viewed as int64 pairs of words, for load_words and decode_vectors' PTX unpacking: None
+    where that cannot run (interpreter or CPU tensors, other widths, head vectors not a whole number of int64)."""
+    if bits != 4 or codes.device.type != "cuda" or codes.shape[-1] % 8 or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    return codes.view(torch.int64)
 
 
 @triton.jit
 def decode_vectors(words, scale, zero, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
-                   DTYPE: tl.constexpr, PTX_NIBBLES: tl.constexpr = False):
+                   DTYPE: tl.constexpr):
     """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order. In float16 that is one
-    fused multiply-add of exact operands, so one rounding, as in float32 then a cast. PTX_NIBBLES: 4-bit codes
-    into float16 by nibble_words_as_halves (GPU only), the same values in fewer instructions."""
-    if PTX_NIBBLES and BITS == 4 and DTYPE == tl.float16:
-        codes = tl.reshape(nibble_words_as_halves(words, HEAD_DIM), [words.shape[0], HEAD_DIM // GROUP, GROUP])
+    fused multiply-add of exact operands, so one rounding, as in float32 then a cast. 4-bit words loaded as int64
+    pairs (from nibble_pair_view) become float16 codes by inline PTX (nibble_pairs_as_halves)."""
+    if BITS == 4 and words.dtype == tl.int64:
+        tl.static_assert(DTYPE == tl.float16, "4-bit word pairs decode by PTX into float16 tiles only")
+        codes = tl.reshape(nibble_pairs_as_halves(words, HEAD_DIM), [words.shape[0], HEAD_DIM // GROUP, GROUP])
     else:
         codes = unpack_words(words, BITS, HEAD_DIM)  # [N, D]
         codes = codes_as_floats(tl.reshape(codes, [words.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
@@ -322,19 +349,18 @@ def attend_coded_tile(
     key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
     APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr = True,
-    PTX_NIBBLES: tl.constexpr = False,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
     K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype.
-    MASK_WORDS: as load_coded_vectors; PTX_NIBBLES: as decode_vectors."""
+    MASK_WORDS: as load_coded_vectors."""
     vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
                                             HEAD_DIM, GROUP, MASK_WORDS)
-    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION)
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
                                             VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
-    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_i, l_i, acc
 
@@ -343,12 +369,12 @@ def attend_coded_tile(
 def attend_decoded_tile(
     q, visible, key_words, key_scale, key_zero, value_words, value_scale, value_zero, m_i, l_i, acc,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, PTX_NIBBLES: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr,
 ):
     """attend_coded_tile over a tile whose words, scales and zeros were loaded earlier (load_coded_vectors)."""
-    k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
+    k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, True, DOT_PRECISION)
-    v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
+    v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
     return m_i, l_i, acc
 

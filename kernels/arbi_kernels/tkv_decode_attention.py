@@ -42,6 +42,7 @@ from arbi_kernels.tkv_core import (
     code_channels,
     compute_precision,
     load_coded_vectors,
+    nibble_pair_view,
     packed_code_view,
     paged_slots,
     require_compute_dtype,
@@ -61,9 +62,10 @@ class TkvDecodeTiles:
     being a coded one, as the kernel first did; by default only the block ids, scales and zeros are masked (a
     position outside the split reads block 0's words, which decode to 0 with a scale and zero of 0): on sm_90 that
     takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (bench_tkv.py --decode-only).
-    ptx_nibbles: 4-bit codes made float16 by inline PTX (tkv_core.nibble_words_as_halves), on CUDA with float16
-    compute only (the interpreter and other widths keep Triton's unpacking): about 20% fewer instructions per tile
-    on sm_90; untimed yet, hence off by default."""
+    ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_core.nibble_pair_view
+    and nibble_pairs_as_halves), on CUDA with float16 compute only (elsewhere, and for other widths, the flag
+    changes nothing): on sm_90 a third fewer instructions per tile than the default (64/4/2: 855 per warp and
+    64-token tile against 1225, 127 registers); untimed yet, hence off by default."""
 
     block_n: int = 64
     num_warps: int = 4
@@ -95,7 +97,7 @@ def _tkv_decode_partition_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, PTX_NIBBLES: tl.constexpr,
+    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -150,7 +152,7 @@ def _tkv_decode_partition_kernel(
                                        PAGE_SIZE) * num_kv_heads + kv_head
             m_i, l_i, acc = attend_decoded_tile(
                 q, coded[None, :], key_words, key_scale, key_zero, value_words, value_scale, value_zero,
-                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION, PTX_NIBBLES,
+                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION,
             )
             tokens, coded = next_tokens, next_coded
             key_words, key_scale, key_zero = next_key_words, next_key_scale, next_key_zero
@@ -162,7 +164,7 @@ def _tkv_decode_partition_kernel(
             m_i, l_i, acc = attend_coded_tile(
                 q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, PTX_NIBBLES,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS,
             )
 
     has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
@@ -176,6 +178,12 @@ def _tkv_decode_partition_kernel(
         lse = tl.where(has_tokens, m_i + tl.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
         lse_ptrs = partial_lse_ptr + seq.to(tl.int64) * stride_pl_seq + q_heads * stride_pl_head + split
         tl.store(lse_ptrs, lse, mask=row_valid)
+
+
+def _code_view(codes: torch.Tensor, bits: int, tiles: TkvDecodeTiles, compute_dtype: torch.dtype) -> torch.Tensor:
+    """The code pool as the kernel reads it: int64 word pairs for the PTX unpacking where asked and possible."""
+    pairs = nibble_pair_view(codes, bits) if tiles.ptx_nibbles and compute_dtype == torch.float16 else None
+    return packed_code_view(codes, bits) if pairs is None else pairs
 
 
 def tkv_paged_decode_attention(
@@ -236,8 +244,9 @@ def tkv_paged_decode_attention(
         device=query.device,
     )
     _tkv_decode_partition_kernel[(num_seqs, num_kv_heads, num_splits)](
-        query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
-        packed_code_view(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        query, _code_view(layer.key_codes, layer.key_bits, tiles, compute_dtype), layer.key_scale, layer.key_zero,
+        layer.key_sink, _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_scale,
+        layer.value_zero, layer.value_sink,
         block_tables, seq_lens, output, partial_out, partial_lse,
         softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
         query.stride(0), query.stride(1), block_tables.stride(0),
@@ -249,7 +258,7 @@ def tkv_paged_decode_attention(
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
         DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
-        PTX_NIBBLES=tiles.ptx_nibbles and query.is_cuda and compute_dtype == torch.float16, num_warps=tiles.num_warps,
+        num_warps=tiles.num_warps,
         num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
     )
     if not single_split:
