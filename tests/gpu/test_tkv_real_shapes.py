@@ -32,7 +32,12 @@ from arbi_kernels.tkv_testing import (
     random_tkv_batch,
     random_tkv_layer,
 )
-from bench_tkv import DECODE_ONLY_VARIANTS, DEFAULT_DECODE_TILES, SWEEP_DECODE_TILES
+from bench_tkv import (
+    DECODE_ONLY_VARIANTS,
+    DEFAULT_DECODE_TILES,
+    FAST_DECODE_TILES,
+    SWEEP_DECODE_TILES,
+)
 
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
@@ -108,11 +113,13 @@ def test_transforms_match_torch_bit_for_bit(head_dim, dtype, device, generator):
     assert torch.equal(tkv_transform_output(accumulated, layer, dtype), transform_output(accumulated, layer, dtype))
 
 
+@pytest.mark.parametrize("tiles", [DEFAULT_DECODE_TILES, FAST_DECODE_TILES], ids=["default", "fast"])
 @pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)
-def test_decode_ragged_batch(head_dim, group_size, page_size, key_bits, value_bits, device, generator):
+def test_decode_ragged_batch(head_dim, group_size, page_size, key_bits, value_bits, tiles, device, generator):
+    """Every layout with the default tiles and with bench_tkv's FAST_DECODE_TILES (PTX unpack, key-major scores)."""
     seq_lens = [1, 2, *torch.randint(3, 4097, (6,), generator=generator, device=device).tolist()]
     shape = TkvShape(group_size * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
-    _decode(random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator))
+    _decode(random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator), tiles=tiles)
 
 
 @pytest.mark.parametrize(
@@ -121,7 +128,9 @@ def test_decode_ragged_batch(head_dim, group_size, page_size, key_bits, value_bi
 def test_decode_long_contexts_up_to_32k(head_dim, page_size, key_bits, value_bits, device, generator):
     seq_lens = [32768, int(torch.randint(8192, 32768, (1,), generator=generator, device=device)), 1]
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
-    _decode(random_tkv_batch(shape, [1] * 3, seq_lens, device, generator))
+    batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
+    for tiles in (DEFAULT_DECODE_TILES, FAST_DECODE_TILES):
+        _decode(batch, tiles=tiles)
 
 
 BENCHMARKED_DECODE_TILES = tuple(dict.fromkeys(
