@@ -52,10 +52,12 @@ class KVCacheManager:
     def index_full_blocks(self, sequence: Sequence, num_tokens: int) -> None:
         """Registers the blocks full within the first `num_tokens` tokens (the KV a step has written and whose
         token ids the host holds), so later requests can reuse them."""
+        num_full = num_tokens // self.block_size
+        if num_full <= len(sequence.block_hashes):  # most steps fill no block
+            return
         namespace = sequence.cache_namespace
         if self.prefix_cache is None or namespace is None:
             return
-        num_full = num_tokens // self.block_size
         for index in range(len(sequence.block_hashes), num_full):
             hashes = sequence.block_hashes
             parent = hashes[-1] if hashes else self.prefix_cache.root_hash(namespace)

@@ -51,18 +51,16 @@ class Sequence:
     admitted: bool = False
     # Sampled by launched steps whose results the host has not read yet (0, 1, or 2 for an instant).
     num_in_flight_tokens: int = 0
+    num_prompt_tokens: int = field(init=False)  # read several times per token: counted once
 
     def __post_init__(self) -> None:
+        self.num_prompt_tokens = len(self.request.prompt_token_ids)
         if not self.token_ids:
             self.token_ids = list(self.request.prompt_token_ids)
 
     @property
     def request_id(self) -> str:
         return self.request.request_id
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.request.prompt_token_ids)
 
     @property
     def num_output_tokens(self) -> int:
