@@ -210,7 +210,7 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
         shape=(f"{bench.label} n={tiles.block_n} w={tiles.num_warps} s={tiles.num_stages}"
                f"{' prefetch' if tiles.prefetch else ''}{f' r{tiles.max_registers}' if tiles.max_registers else ''}"
                f"{' masked-words' if tiles.mask_words else ''}{' ptx' if tiles.ptx_nibbles else ''}"
-               f"{' key-major' if tiles.key_major_scores else ''} splits={num_splits or 'auto'}"),
+               f"{' transposed' if tiles.transposed_dots else ''} splits={num_splits or 'auto'}"),
         run=run, check=check, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
     )
 
@@ -371,13 +371,13 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
 
 
 OLD_DECODE_TILES = TkvDecodeTiles(mask_words=True)  # the kernel of the 1.34 ms row (batch 32, 32k) in docs
-FAST_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, key_major_scores=True)  # sm_90: 794 instructions
+FAST_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True)  # sm_90: 701 instructions
 DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] = {  # batch: (tiles, num_splits)
     32: ((OLD_DECODE_TILES, None), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 8),
-         (TkvDecodeTiles(64, 4, 2), None), (TkvDecodeTiles(64, 4, 2, key_major_scores=True), None),
+         (TkvDecodeTiles(64, 4, 2), None), (TkvDecodeTiles(64, 4, 2, transposed_dots=True), None),
          (TkvDecodeTiles(64, 4, 2, ptx_nibbles=True), None), (FAST_DECODE_TILES, None), (FAST_DECODE_TILES, 4),
          (FAST_DECODE_TILES, 8), (FAST_DECODE_TILES, 16),
-         (TkvDecodeTiles(64, 4, 3, ptx_nibbles=True, key_major_scores=True), None),
+         (TkvDecodeTiles(64, 4, 3, ptx_nibbles=True, transposed_dots=True), None),
          (TkvDecodeTiles(32, 4, 2, ptx_nibbles=True), None), (TkvDecodeTiles(128, 8, 2, ptx_nibbles=True), None)),
     8: ((OLD_DECODE_TILES, None), (DEFAULT_DECODE_TILES, None), (FAST_DECODE_TILES, None), (FAST_DECODE_TILES, 16),
         (FAST_DECODE_TILES, 32)),

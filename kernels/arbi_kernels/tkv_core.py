@@ -331,13 +331,15 @@ def load_sink_tile(sink_ptr, vectors, valid, HEAD_DIM: tl.constexpr):
 
 @triton.jit
 def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                KEY_MAJOR: tl.constexpr = False):
+                TRANSPOSED_DOTS: tl.constexpr = False):
     """The score half of a flash-attention update (see attention_core.online_softmax_step): returns the new
     (m_i, l_i), acc rescaled, and the weights p [M, N] the caller multiplies into its value tile. Splitting
-    here lets a caller decode V only after K's tile is dead, which keeps D=128 tiles in registers. KEY_MAJOR
-    computes the scores as (k @ q^T)^T: with 64 keys and 4 warps that is one Hopper warpgroup MMA reading both
-    operands from shared memory, instead of register MMAs whose 16-row q operand costs register moves."""
-    if KEY_MAJOR:
+    here lets a caller decode V only after K's tile is dead, which keeps D=128 tiles in registers.
+    TRANSPOSED_DOTS computes the scores as (k @ q^T)^T and accumulate_values the sum as (v^T @ p^T)^T: with 64
+    keys and 4 warps both are Hopper warpgroup MMAs reading their operands from shared memory, where the
+    register MMAs of a 16-row q or p cost register moves (decode; a caller's tiles must all agree, or the
+    running state changes layout between them)."""
+    if TRANSPOSED_DOTS:
         scores = tl.trans(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION))  # [M, N], log2 units
     else:
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [M, N], log2 units (q is pre-scaled)
@@ -350,51 +352,56 @@ def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PREC
 
 
 @triton.jit
+def accumulate_values(acc, p, v, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False):
+    """acc + p @ v, p taken in v's dtype (TRANSPOSED_DOTS: as attend_tile)."""
+    if TRANSPOSED_DOTS:
+        return tl.trans(tl.dot(tl.trans(v), tl.trans(p.to(v.dtype)), tl.trans(acc), input_precision=DOT_PRECISION))
+    return tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+
+
+@triton.jit
 def attend_coded_tile(
     q, tokens, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
     key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
     APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr = True,
-    KEY_MAJOR: tl.constexpr = False,
+    TRANSPOSED_DOTS: tl.constexpr = False,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
     K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype.
-    MASK_WORDS: as load_coded_vectors; KEY_MAJOR: as attend_tile."""
+    MASK_WORDS: as load_coded_vectors; TRANSPOSED_DOTS: as attend_tile."""
     vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
                                             HEAD_DIM, GROUP, MASK_WORDS)
     k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
-    m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION, KEY_MAJOR)
+    m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION, TRANSPOSED_DOTS)
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
                                             VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
     v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
-    acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
-    return m_i, l_i, acc
+    return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
 @triton.jit
 def attend_decoded_tile(
     q, visible, key_words, key_scale, key_zero, value_words, value_scale, value_zero, m_i, l_i, acc,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, KEY_MAJOR: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False,
 ):
     """attend_coded_tile over a tile whose words, scales and zeros were loaded earlier (load_coded_vectors)."""
     k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
-    m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, True, DOT_PRECISION, KEY_MAJOR)
+    m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, True, DOT_PRECISION, TRANSPOSED_DOTS)
     v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
-    acc += tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
-    return m_i, l_i, acc
+    return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
 @triton.jit
 def attend_sink_tile(q, tokens, visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                      key_sink_ptr, value_sink_ptr, SINK_TOKENS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                     PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, KEY_MAJOR: tl.constexpr = False):
+                     PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False):
     """Fold the sink positions `tokens` (where `in_sink`), read from the fp16 sink pools, into (m_i, l_i, acc).
-    KEY_MAJOR: as attend_tile (a caller's tiles had best agree, or the running state changes layout)."""
+    TRANSPOSED_DOTS: as attend_tile."""
     vectors = sink_vectors(block_table_row, tokens, in_sink, kv_head, num_kv_heads, SINK_TOKENS, PAGE_SIZE)
     k = load_sink_tile(key_sink_ptr, vectors, in_sink, HEAD_DIM)
-    m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), visible, m_i, l_i, acc, True, DOT_PRECISION, KEY_MAJOR)
+    m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), visible, m_i, l_i, acc, True, DOT_PRECISION, TRANSPOSED_DOTS)
     v = load_sink_tile(value_sink_ptr, vectors, in_sink, HEAD_DIM)
-    acc += tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
-    return m_i, l_i, acc
+    return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)

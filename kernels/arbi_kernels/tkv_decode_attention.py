@@ -65,9 +65,9 @@ class TkvDecodeTiles:
     ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_core.nibble_pair_view
     and nibble_pairs_as_halves), on CUDA with float16 compute only (elsewhere, and for other widths, the flag
     changes nothing): on sm_90 a third fewer instructions per tile than the default (64/4/2: 855 per warp and
-    64-token tile against 1225, 127 registers); untimed yet, hence off by default. key_major_scores: scores as
-    (k @ q^T)^T (tkv_core.attend_tile), a Hopper warpgroup MMA at block_n 64 and 4 warps: with ptx_nibbles 794
-    instructions per tile at 128 registers; untimed, off by default."""
+    64-token tile against 1225, 127 registers); untimed yet, hence off by default. transposed_dots: scores as
+    (k @ q^T)^T and the value sum as (v^T @ p^T)^T (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64
+    and 4 warps: with ptx_nibbles 701 instructions per tile at 127 registers; untimed, off by default."""
 
     block_n: int = 64
     num_warps: int = 4
@@ -76,7 +76,7 @@ class TkvDecodeTiles:
     max_registers: int | None = None
     mask_words: bool = False
     ptx_nibbles: bool = False
-    key_major_scores: bool = False
+    transposed_dots: bool = False
 
     def __post_init__(self) -> None:
         require_tile_size("block_n", self.block_n)
@@ -100,7 +100,7 @@ def _tkv_decode_partition_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, KEY_MAJOR: tl.constexpr,
+    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -129,7 +129,7 @@ def _tkv_decode_partition_kernel(
             in_sink = (tokens >= split_start) & (tokens < split_end) & (tokens < SINK_TOKENS)
             m_i, l_i, acc = attend_sink_tile(
                 q, tokens, in_sink[None, :], in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-                key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, KEY_MAJOR,
+                key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, TRANSPOSED_DOTS,
             )
 
     if PREFETCH:  # tile t+1's codes, scales and zeros load while tile t decodes; block ids two tiles ahead
@@ -155,7 +155,7 @@ def _tkv_decode_partition_kernel(
                                        PAGE_SIZE) * num_kv_heads + kv_head
             m_i, l_i, acc = attend_decoded_tile(
                 q, coded[None, :], key_words, key_scale, key_zero, value_words, value_scale, value_zero,
-                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION, KEY_MAJOR,
+                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION, TRANSPOSED_DOTS,
             )
             tokens, coded = next_tokens, next_coded
             key_words, key_scale, key_zero = next_key_words, next_key_scale, next_key_zero
@@ -167,7 +167,7 @@ def _tkv_decode_partition_kernel(
             m_i, l_i, acc = attend_coded_tile(
                 q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, KEY_MAJOR,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, TRANSPOSED_DOTS,
             )
 
     has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
@@ -261,7 +261,7 @@ def tkv_paged_decode_attention(
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
         DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
-        KEY_MAJOR=tiles.key_major_scores, num_warps=tiles.num_warps,
+        TRANSPOSED_DOTS=tiles.transposed_dots, num_warps=tiles.num_warps,
         num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
     )
     if not single_split:

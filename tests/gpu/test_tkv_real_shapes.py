@@ -116,7 +116,7 @@ def test_transforms_match_torch_bit_for_bit(head_dim, dtype, device, generator):
 @pytest.mark.parametrize("tiles", [DEFAULT_DECODE_TILES, FAST_DECODE_TILES], ids=["default", "fast"])
 @pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)
 def test_decode_ragged_batch(head_dim, group_size, page_size, key_bits, value_bits, tiles, device, generator):
-    """Every layout with the default tiles and with bench_tkv's FAST_DECODE_TILES (PTX unpack, key-major scores)."""
+    """Every layout with the default tiles and with bench_tkv's FAST_DECODE_TILES (PTX unpack, transposed dots)."""
     seq_lens = [1, 2, *torch.randint(3, 4097, (6,), generator=generator, device=device).tolist()]
     shape = TkvShape(group_size * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
     _decode(random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator), tiles=tiles)
@@ -153,16 +153,16 @@ def test_decode_every_benchmarked_tile_shape(tiles, key_bits, value_bits, device
     [(128, 4, 4, 1), (128, 4, 2, 3), (128, 8, 4, 0), (64, 4, 4, 1), (64, 3, 4, 2)],
 )
 def test_decode_ptx_nibbles(head_dim, key_bits, value_bits, sink_tokens, device, generator):
-    """4-bit codes made float16 by inline PTX, with both score layouts: against the reference, and against
+    """4-bit codes made float16 by inline PTX, with and without transposed dots: against the reference, and against
     Triton's unpacking on the same tiles (same float16 operands, so equal up to the order of the dots' sums)."""
     seq_lens = [int(torch.randint(4096, 12289, (1,), generator=generator, device=device)), 1, 300, 17]
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, key_bits, value_bits, 32, sink_tokens)
     batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
     arguments = (batch.query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
     expected = tkv_paged_decode_attention_reference(*arguments)
-    for key_major in (False, True):
+    for transposed in (False, True):
         outputs = [tkv_paged_decode_attention(*arguments, tiles=TkvDecodeTiles(64, 4, 2, ptx_nibbles=ptx,
-                                                                              key_major_scores=key_major))
+                                                                              transposed_dots=transposed))
                    for ptx in (True, False)]
         assert_tkv_close(outputs[0], expected, torch.float16)
         torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)

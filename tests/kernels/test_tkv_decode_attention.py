@@ -185,11 +185,12 @@ def test_ptx_nibbles_fall_back_where_ptx_cannot_run(device, generator):
 
 @pytest.mark.parametrize(("head_dim", "key_bits", "value_bits", "sink_tokens", "prefetch"),
                          [(128, 4, 4, 1, False), (64, 3, 8, 3, False), (128, 2, 5, 0, True)])
-def test_key_major_scores(head_dim, key_bits, value_bits, sink_tokens, prefetch, device, generator):
-    """Scores computed as (k @ q^T)^T, for the sink tile and the coded ones, with and without register prefetch."""
+def test_transposed_dots(head_dim, key_bits, value_bits, sink_tokens, prefetch, device, generator):
+    """Scores as (k @ q^T)^T and the value sum as (v^T @ p^T)^T, for the sink tile and the coded ones, with and
+    without register prefetch."""
     shape = TkvShape(8, 2, head_dim, 16, key_bits, value_bits, 32, sink_tokens)
     batch = random_tkv_batch(shape, [1] * 3, [1, 19, int(torch.randint(60, 130, (1,), generator=generator))],
                              device, generator)
-    tiles = TkvDecodeTiles(block_n=64, num_stages=1 if prefetch else 2, prefetch=prefetch, key_major_scores=True)
+    tiles = TkvDecodeTiles(block_n=64, num_stages=1 if prefetch else 2, prefetch=prefetch, transposed_dots=True)
     for compute_dtype in (torch.float32, torch.float16):
         _check(batch, batch.query, compute_dtype, num_splits=2, tiles=tiles)
