@@ -374,11 +374,10 @@ OLD_DECODE_TILES = TkvDecodeTiles(mask_words=True)  # the kernel of the 1.34 ms 
 FAST_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True)  # sm_90: 701 instructions
 DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] = {  # batch: (tiles, num_splits)
     32: ((OLD_DECODE_TILES, None), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 8),
-         (TkvDecodeTiles(64, 4, 2), None), (TkvDecodeTiles(64, 4, 2, transposed_dots=True), None),
-         (TkvDecodeTiles(64, 4, 2, ptx_nibbles=True), None), (FAST_DECODE_TILES, None), (FAST_DECODE_TILES, 4),
-         (FAST_DECODE_TILES, 8), (FAST_DECODE_TILES, 16),
+         (TkvDecodeTiles(64, 4, 2, transposed_dots=True), None), (TkvDecodeTiles(64, 4, 2, ptx_nibbles=True), None),
+         (FAST_DECODE_TILES, None), (FAST_DECODE_TILES, 4), (FAST_DECODE_TILES, 8), (FAST_DECODE_TILES, 16),
          (TkvDecodeTiles(64, 4, 3, ptx_nibbles=True, transposed_dots=True), None),
-         (TkvDecodeTiles(32, 4, 2, ptx_nibbles=True), None), (TkvDecodeTiles(128, 8, 2, ptx_nibbles=True), None)),
+         (TkvDecodeTiles(128, 4, 2, ptx_nibbles=True, transposed_dots=True), None)),
     8: ((OLD_DECODE_TILES, None), (DEFAULT_DECODE_TILES, None), (FAST_DECODE_TILES, None), (FAST_DECODE_TILES, 16),
         (FAST_DECODE_TILES, 32)),
 }
