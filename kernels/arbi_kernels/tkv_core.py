@@ -13,7 +13,6 @@ precision. Pools are contiguous, so a head vector's index is `slot * num_kv_head
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
 import torch
@@ -298,7 +297,7 @@ def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr):
 def nibble_pair_view(codes: torch.Tensor, bits: int) -> torch.Tensor | None:
     """A 4-bit code pool viewed as int64 pairs of words, for load_words and decode_vectors' PTX unpacking: None
     where that cannot run (interpreter or CPU tensors, other widths, head vectors not a whole number of int64)."""
-    if bits != 4 or codes.device.type != "cuda" or codes.shape[-1] % 8 or os.environ.get("TRITON_INTERPRET") == "1":
+    if bits != 4 or codes.device.type != "cuda" or codes.shape[-1] % 8 or triton.knobs.runtime.interpret:
         return None
     return codes.view(torch.int64)
 
