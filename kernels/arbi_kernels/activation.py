@@ -9,13 +9,23 @@ import torch
 import triton
 import triton.language as tl
 
-from arbi_kernels.checks import FLOAT_DTYPES, require_dtype, require_shape, require_unit_last_stride
+from arbi_kernels.checks import (
+    FLOAT_DTYPES,
+    require_dtype,
+    require_shape,
+    require_unit_last_stride,
+)
+from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 BLOCK_COLUMNS = 1024
 
 
 @triton.jit
-def _silu_and_mul_kernel(gate_up_ptr, out_ptr, intermediate_size, stride_gate_up, stride_out, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    gate_up_ptr, out_ptr, intermediate_size, stride_gate_up, stride_out, BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = columns < intermediate_size
@@ -40,6 +50,7 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return output
     grid = (num_tokens, triton.cdiv(intermediate_size, BLOCK_COLUMNS))
     _silu_and_mul_kernel[grid](
-        gate_up, output, intermediate_size, gate_up.stride(0), output.stride(0), BLOCK=BLOCK_COLUMNS, num_warps=4
+        gate_up, output, intermediate_size, gate_up.stride(0), output.stride(0), BLOCK=BLOCK_COLUMNS, num_warps=4,
+        **pdl_launch_options(gate_up.device),
     )
     return output

@@ -21,7 +21,13 @@ from arbi_kernels.attention_core import (
     paged_token_offsets,
     validate_paged_attention,
 )
-from arbi_kernels.checks import next_power_of_two, require_num_warps, require_shape, require_tile_size
+from arbi_kernels.checks import (
+    next_power_of_two,
+    require_num_warps,
+    require_shape,
+    require_tile_size,
+)
+from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 256
@@ -53,7 +59,9 @@ def _decode_partition_kernel(
     stride_pl_seq, stride_pl_head,
     GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -108,7 +116,9 @@ def _decode_merge_kernel(
     stride_pl_seq, stride_pl_head,
     stride_out_seq, stride_out_head,
     HEAD_DIM: tl.constexpr, SPLIT_PAD: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     splits = tl.arange(0, SPLIT_PAD)
@@ -202,7 +212,7 @@ def paged_decode_attention(
         partial_lse.stride(0), partial_lse.stride(1),
         GROUP_PAD=max(16, next_power_of_two(group_size)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, DOT_PRECISION=dot_precision(query.dtype),
-        num_warps=tiles.num_warps,
+        num_warps=tiles.num_warps, **pdl_launch_options(query.device),
     )
     if not single_split:
         _decode_merge_kernel[(num_seqs, num_heads)](
@@ -211,5 +221,6 @@ def paged_decode_attention(
             partial_lse.stride(0), partial_lse.stride(1),
             output.stride(0), output.stride(1),
             HEAD_DIM=head_dim, SPLIT_PAD=next_power_of_two(num_splits), num_warps=4,
+            **pdl_launch_options(query.device),
         )
     return output

@@ -18,6 +18,7 @@ from arbi_kernels.checks import (
     require_shape,
     require_unit_last_stride,
 )
+from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 
 @triton.jit(do_not_specialize=["num_kv_heads"])
@@ -27,7 +28,9 @@ def _write_kv_kernel(
     stride_key_token, stride_key_head, stride_value_token, stride_value_head,
     stride_cache_block, stride_cache_slot, stride_cache_head,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, HEADS_PAD: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(USE_PDL)
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + token)
     if slot < 0:
@@ -84,4 +87,5 @@ def write_kv_cache(
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         HEAD_DIM=head_dim, PAGE_SIZE=page_size, HEADS_PAD=next_power_of_two(num_kv_heads), num_warps=4,
+        **pdl_launch_options(key.device),
     )

@@ -19,6 +19,7 @@ from arbi_kernels.checks import (
     require_shape,
     require_unit_last_stride,
 )
+from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 MAX_HIDDEN_SIZE = 65536
 
@@ -28,8 +29,9 @@ def _rms_norm_kernel(
     hidden_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
     hidden_size, eps,
     stride_hidden, stride_residual, stride_out, stride_residual_out,
-    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     columns = tl.arange(0, BLOCK)
     mask = columns < hidden_size
@@ -85,5 +87,6 @@ def rms_norm(
         hidden_size, eps,
         hidden.stride(0), residual_in.stride(0), normalized.stride(0), new_residual.stride(0),
         BLOCK=block, HAS_RESIDUAL=residual is not None, num_warps=min(16, max(4, block // 1024)),
+        **pdl_launch_options(hidden.device),
     )
     return normalized, new_residual

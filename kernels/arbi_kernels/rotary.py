@@ -19,6 +19,7 @@ from arbi_kernels.checks import (
     require_shape,
     require_unit_last_stride,
 )
+from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 
 def build_rotary_cache(
@@ -60,7 +61,9 @@ def _rotary_kernel(
     stride_query_token, stride_query_head, stride_key_token, stride_key_head, stride_cos_position,
     stride_sin_position,
     HEADS_PAD: tl.constexpr, KV_HEADS_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(USE_PDL)
     token = tl.program_id(0).to(tl.int64)
     position = tl.load(positions_ptr + token).to(tl.int64)
     pairs = tl.arange(0, HALF_PAD)
@@ -118,5 +121,5 @@ def apply_rotary_embedding(
         num_heads, num_kv_heads,
         query.stride(0), query.stride(1), key.stride(0), key.stride(1), cos_cache.stride(0), sin_cache.stride(0),
         HEADS_PAD=next_power_of_two(num_heads), KV_HEADS_PAD=next_power_of_two(num_kv_heads), HALF=half,
-        HALF_PAD=next_power_of_two(half), num_warps=4,
+        HALF_PAD=next_power_of_two(half), num_warps=4, **pdl_launch_options(query.device),
     )

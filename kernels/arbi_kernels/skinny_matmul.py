@@ -33,6 +33,7 @@ from arbi_kernels.checks import (
     require_tile_size,
     require_unit_last_stride,
 )
+from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 MAX_ROWS = 16
 ROW_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -154,11 +155,13 @@ def _skinny_matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Program (row block, split): out rows [M, BLOCK_N] over K range [split * k_per_split, + k_per_split).
 
     With WRITE_PARTIAL the float32 sum goes to out_ptr[split] (bias and rounding left to the reduce kernel).
     """
+    wait_for_previous_kernel(USE_PDL)
     block = tl.program_id(0)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
@@ -215,8 +218,10 @@ def _skinny_matmul_kernel(
 def _reduce_splits_kernel(
     partial_ptr, bias_ptr, out_ptr, n, num_splits, stride_partial_split, stride_partial, stride_out,
     BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Program (row, column block): out[row] = sum over splits of the float32 partials (+ bias), rounded once."""
+    wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = columns < n
@@ -278,11 +283,11 @@ def skinny_matmul(
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         USE_DOT=tiles.use_dot, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         EVEN_K=k % tiles.block_k == 0, HAS_BIAS=bias is not None, WRITE_PARTIAL=write_partial,
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages, **pdl_launch_options(x.device),
     )
     if write_partial:
         _reduce_splits_kernel[(num_rows, triton.cdiv(n, REDUCE_BLOCK_N))](
             target, bias_arg, out, n, num_splits, target.stride(0), target.stride(1), out.stride(0),
-            BLOCK_N=REDUCE_BLOCK_N, HAS_BIAS=bias is not None, num_warps=4,
+            BLOCK_N=REDUCE_BLOCK_N, HAS_BIAS=bias is not None, num_warps=4, **pdl_launch_options(x.device),
         )
     return out

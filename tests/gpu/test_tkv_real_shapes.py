@@ -89,7 +89,7 @@ def test_write_matches_the_codec(key_bits, value_bits, head_dim, page_size, devi
 @pytest.mark.parametrize("num_tokens", [1, 3, 8, 32])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_decode_sized_writes_match_the_codec(num_tokens, head_dim, device, generator):
-    """The small programs default_write_tiles picks for a decode step's tokens, compiled."""
+    """A decode step's few tokens, compiled (DEFAULT_WRITE_TILES: one token a program)."""
     shape = TkvShape(NUM_KV_HEADS * 4, NUM_KV_HEADS * 4, head_dim, 16, 4, 3, 32, sink_tokens=1)
     layer = random_tkv_layer(shape, 64, device, generator)
     expected = copy_pools(layer)
