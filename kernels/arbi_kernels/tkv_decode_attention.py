@@ -30,10 +30,11 @@ from arbi_kernels.checks import (
 )
 from arbi_kernels.decode_attention import (
     MAX_SPLITS,
+    MIN_TOKENS_PER_SPLIT,
     _decode_merge_kernel,
     _multiprocessor_count,
-    choose_num_splits,
 )
+from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
     TkvLayerTensors,
     attend_coded_tile,
@@ -50,6 +51,19 @@ from arbi_kernels.tkv_core import (
     triton_dtype,
     validate_tkv_layer,
 )
+
+RESIDENT_PROGRAMS_PER_SM = 4  # default tiles on sm_90: 128 registers x 128 threads fill the 64K register file
+SPLIT_WAVES = 2
+
+
+def choose_tkv_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
+    """The most splits whose programs fit in SPLIT_WAVES whole waves of RESIDENT_PROGRAMS_PER_SM programs per SM,
+    none shorter than MIN_TOKENS_PER_SPLIT tokens. Rounded down where choose_num_splits (bf16) rounds up: at
+    batch 32, 8 kv heads and 132 SMs, 4 splits make 1024 programs, two nearly full waves of 528, where 5 make 1280
+    and a third wave 42% full that costs as long as a full one (the programs are all equally long)."""
+    useful = triton.cdiv(max(max_seq_len, 1), MIN_TOKENS_PER_SPLIT)
+    fitting = SPLIT_WAVES * RESIDENT_PROGRAMS_PER_SM * num_sms // (num_seqs * num_kv_heads)
+    return max(1, min(useful, fitting, MAX_SPLITS))
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,9 @@ def _tkv_decode_partition_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr,
+    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -205,7 +220,8 @@ def tkv_paged_decode_attention(
 
     query: q' = (H q) / s_k in float32, float16 or bfloat16; block_tables [B, max_blocks] int32; seq_lens [B]
     int32 (0 gives a zero row). max_seq_len / num_splits: as paged_decode_attention (pass both to make no host
-    sync, e.g. under a CUDA graph). tiles: the launch shape (TkvDecodeTiles; bench_tkv.py --sweep times others).
+    sync, e.g. under a CUDA graph), except that num_splits=None picks choose_tkv_num_splits. tiles: the launch
+    shape (TkvDecodeTiles; bench_tkv.py --sweep and --decode-only time others).
     compute_dtype: the dtype decoded tiles and q' enter the dots in (float16: tensor cores, float32: exact
     products, slow).
     """
@@ -232,7 +248,7 @@ def tkv_paged_decode_attention(
     if max_seq_len < 0:
         raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
     if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, _multiprocessor_count(query.device))
+        num_splits = choose_tkv_num_splits(num_seqs, num_kv_heads, max_seq_len, _multiprocessor_count(query.device))
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
 
@@ -262,7 +278,7 @@ def tkv_paged_decode_attention(
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
         DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
         TRANSPOSED_DOTS=tiles.transposed_dots, num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
+        num_stages=tiles.num_stages, maxnreg=tiles.max_registers, **pdl_launch_options(query.device),
     )
     if not single_split:
         _decode_merge_kernel[(num_seqs, num_heads)](
@@ -271,5 +287,6 @@ def tkv_paged_decode_attention(
             partial_lse.stride(0), partial_lse.stride(1),
             output.stride(0), output.stride(1),
             HEAD_DIM=head_dim, SPLIT_PAD=next_power_of_two(num_splits), num_warps=4,
+            **pdl_launch_options(query.device),
         )
     return output

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 from arbi_kernels import tkv_paged_decode_attention
-from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
+from arbi_kernels.tkv_decode_attention import TkvDecodeTiles, choose_tkv_num_splits
 from arbi_kernels.tkv_reference import tkv_paged_decode_attention_reference
 from arbi_kernels.tkv_testing import (
     TKV_POOLS,
@@ -194,3 +194,12 @@ def test_transposed_dots(head_dim, key_bits, value_bits, sink_tokens, prefetch, 
     tiles = TkvDecodeTiles(block_n=64, num_stages=1 if prefetch else 2, prefetch=prefetch, transposed_dots=True)
     for compute_dtype in (torch.float32, torch.float16):
         _check(batch, batch.query, compute_dtype, num_splits=2, tiles=tiles)
+
+
+def test_split_count_fills_whole_waves():
+    """Two waves of 4 programs per SM, rounded down (H200: 132 SMs, Llama's 8 kv heads), none under 256 tokens."""
+    assert choose_tkv_num_splits(32, 8, 32768, 132) == 4  # 1024 programs of 1056 slots; 5 would start a third wave
+    assert choose_tkv_num_splits(8, 8, 32768, 132) == 16
+    assert choose_tkv_num_splits(1, 8, 32768, 132) == 128  # every split 256 tokens
+    assert choose_tkv_num_splits(1, 8, 1000, 132) == 4
+    assert choose_tkv_num_splits(256, 8, 32768, 132) == 1
