@@ -30,6 +30,8 @@ class OutputProcessor:
             finish = FinishReason.STOP_TOKEN
         elif token_id in self.eos_token_ids and not stopping.ignore_eos:
             finish = FinishReason.EOS_TOKEN
+        elif not stopping.stop_strings:
+            text = sequence.detokenizer.push(token_id)  # no stop string: nothing is held back
         else:
             check = sequence.stop_matcher.push(sequence.detokenizer.push(token_id))
             text = check.emit
