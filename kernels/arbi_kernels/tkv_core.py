@@ -355,7 +355,7 @@ def accumulate_values(acc, p, v, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: t
     """acc + p @ v, p taken in v's dtype (TRANSPOSED_DOTS: as attend_tile)."""
     if TRANSPOSED_DOTS:
         return tl.trans(tl.dot(tl.trans(v), tl.trans(p.to(v.dtype)), tl.trans(acc), input_precision=DOT_PRECISION))
-    return tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
 
 
 @triton.jit
