@@ -150,7 +150,7 @@ def test_decode_every_benchmarked_tile_shape(tiles, key_bits, value_bits, device
 
 @pytest.mark.parametrize(
     ("head_dim", "key_bits", "value_bits", "sink_tokens"),
-    [(128, 4, 4, 1), (128, 4, 2, 3), (128, 8, 4, 0), (64, 4, 4, 1), (64, 3, 4, 2)],
+    [(128, 4, 4, 1), (128, 8, 4, 0), (64, 3, 4, 2)],
 )
 def test_decode_ptx_nibbles(head_dim, key_bits, value_bits, sink_tokens, device, generator):
     """4-bit codes made float16 by inline PTX, with and without transposed dots: against the reference, and against
