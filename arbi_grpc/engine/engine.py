@@ -3,15 +3,14 @@
 Other threads talk to it only through `submit`, `cancel` and `call`, which post tasks to a queue (a cancel
 is a task too); once `shutdown` began, new submits and calls are refused with UnavailableError. Each
 step the loop takes new tasks, schedules, launches the model once, and streams outputs back through each
-request's sink. With overlapped steps (the default) a step is scheduled and launched before the host reads
-the previous one's tokens, so the device never waits for the host's bookkeeping; `step` says when a step is
-read first. Outputs are delivered on the engine thread: sinks must be cheap and thread-safe (the gRPC
-servicer hands them to its event loop).
+request's sink. With overlapped steps (the default, `StepPipeline`) a step is scheduled and launched before
+the host reads the previous one's tokens, so the device never waits for the host's bookkeeping. Outputs are
+delivered on the engine thread: sinks must be cheap and thread-safe (the gRPC servicer hands them to its
+event loop).
 """
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
@@ -20,19 +19,18 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from arbi_grpc.engine.model_runner import LaunchedStep, ModelRunner
+from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOutput
 from arbi_grpc.engine.sampler import SamplingState
-from arbi_grpc.engine.scheduler import ScheduledStep, Scheduler, SchedulerLimits
+from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
 from arbi_grpc.engine.sequence import OutputSink, Sequence, SequenceStatus
+from arbi_grpc.engine.step_pipeline import StepPipeline
 from arbi_grpc.errors import ArbiError, ResourceExhaustedError, UnavailableError
 from arbi_grpc.observability.engine_observer import EngineObserver, NoEngineObserver
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
 from arbi_grpc.text.stop_strings import StopStringMatcher
 from arbi_grpc.text.tokenizer import TextTokenizer
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,15 +57,6 @@ class _Call:
 @dataclass(frozen=True)
 class _Shutdown:
     error: ArbiError  # ends every request still in the engine
-
-
-@dataclass(frozen=True)
-class _InFlightStep:
-    """A step launched on the device whose tokens the host has not read yet."""
-
-    step: ScheduledStep
-    launched: LaunchedStep
-    started_s: float  # time.monotonic() when it was scheduled
 
 
 @dataclass(frozen=True)
@@ -101,11 +90,12 @@ class Engine:
                  output_processor: OutputProcessor, max_waiting_requests: int,
                  observer: EngineObserver | None = None, overlap_steps: bool = True) -> None:
         self.scheduler = scheduler
-        self.overlap_steps = overlap_steps
         self.observer: EngineObserver = observer or NoEngineObserver()  # called on the engine thread only
         self.runner = runner
         self.tokenizer = tokenizer
         self.outputs = output_processor
+        self.pipeline = StepPipeline(scheduler, runner, output_processor, self.observer, self._finish,
+                                     overlap_steps)
         self.max_waiting_requests = max_waiting_requests
         self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Call | _Shutdown] = queue.SimpleQueue()
         self._sequences: dict[str, Sequence] = {}
@@ -114,7 +104,6 @@ class Engine:
         self._num_waiting = 0  # in the scheduler's waiting queue after the last step
         self._closed = False  # shutdown began: no new submits or calls
         self._thread: threading.Thread | None = None
-        self._in_flight: _InFlightStep | None = None  # launched, not yet read (overlapped steps only)
 
     # -- called from any thread -------------------------------------------------------------------
 
@@ -177,7 +166,7 @@ class Engine:
     def set_overlap_steps(self, enabled: bool) -> Future:
         """Switches overlapped steps on or off from the next step on (benchmarks time both loops)."""
         def apply() -> None:
-            self.overlap_steps = enabled
+            self.pipeline.overlap_steps = enabled
         return self.call(apply)
 
     @property
@@ -224,10 +213,10 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            idle = self.scheduler.num_unfinished == 0 and self._in_flight is None
+            idle = self.scheduler.num_unfinished == 0 and not self.pipeline.has_step_in_flight
             if not self._take_tasks(block=idle):
                 return
-            if self.scheduler.num_unfinished or self._in_flight is not None:
+            if self.scheduler.num_unfinished or self.pipeline.has_step_in_flight:
                 self.step()
 
     def _take_tasks(self, block: bool) -> bool:
@@ -249,7 +238,7 @@ class Engine:
             elif isinstance(task, _Cancel):
                 task.future.set_result(self._cancel(task.request_id))
             else:
-                self._read_in_flight_step()  # a call sees every launched token read (and may swap the KV cache)
+                self.pipeline.read_step_in_flight()  # a call sees every token read (and may swap the KV cache)
                 self._run_call(task)
 
     def _add(self, task: _Submit) -> None:
@@ -292,96 +281,9 @@ class Engine:
         return True
 
     def step(self) -> None:
-        """Schedules and launches the next step, then reads and streams the one launched before it.
-
-        With overlapped steps the step launched here stays in flight: the device runs it while the host reads
-        and streams the previous one, and the next call reads it. Its sequences count the tokens it sampled
-        (`Sequence.num_in_flight_tokens`) and the next step takes them from the device. A sequence that ends
-        when its tokens are read was scheduled once more: that row is discarded, its blocks were freed when it
-        finished. A step with a sequence that needs its tokens on the host before sampling again
-        (`Sequence.needs_host_history`) is read before the next one is scheduled. Without overlap every step
-        is read right after its launch.
-        """
-        previous, self._in_flight = self._in_flight, None
-        if previous is not None and any(chunk.sequence.needs_host_history for chunk in previous.step.chunks):
-            self._complete(previous)
-            previous = None
-        launched = self._schedule_and_launch(previous)
-        if previous is not None:
-            self._complete(previous)
-        if launched is not None and not self.overlap_steps:
-            self._complete(launched)
-        elif launched is not None:
-            self._in_flight = launched
-
-    def _read_in_flight_step(self) -> None:
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            self._complete(in_flight)
-
-    def _schedule_and_launch(self, previous: _InFlightStep | None) -> _InFlightStep | None:
-        started_s = time.monotonic()
-        step = self.scheduler.schedule()
-        for sequence in step.preempted:
-            if not sequence.prompt_logprobs_sent:
-                sequence.prompt_logprobs = None  # recomputed from the start
+        """One turn of the loop: schedule and launch a step, read the one before it (`StepPipeline.step`)."""
+        self.pipeline.step()
         self._sync_waiting_count()
-        if not step.chunks:
-            return None
-        for chunk in step.chunks:
-            self.observer.request_scheduled(chunk.sequence.request_id)
-        try:
-            launched = self.runner.launch(step, None if previous is None else previous.launched)
-        except Exception as error:  # a failed step must not take the server down
-            self._fail(step, error)
-            return None
-        for chunk in step.chunks:
-            sequence = chunk.sequence
-            sequence.num_computed_tokens += chunk.num_tokens  # written before any later step reads it
-            if sequence in launched.sampled_rows:
-                sequence.num_in_flight_tokens += 1
-            self._index_known_blocks(sequence)
-        return _InFlightStep(step, launched, started_s)
-
-    def _index_known_blocks(self, sequence: Sequence) -> None:
-        """Offers the prefix cache the blocks that launched steps fill and whose token ids the host holds (a
-        later step that reuses them reads them after they are written, in the device's queue)."""
-        self.scheduler.kv.index_full_blocks(sequence, min(sequence.num_computed_tokens, len(sequence.token_ids)))
-
-    def _complete(self, in_flight: _InFlightStep) -> None:
-        """Reads a launched step's tokens, indexes the blocks it filled and streams its outputs."""
-        step = in_flight.step
-        try:
-            result = in_flight.launched.result()
-        except Exception as error:  # as a failed launch: fails this step's requests, not the server
-            self._fail(step, error)
-            return
-        for chunk in step.chunks:
-            sequence = chunk.sequence
-            if sequence.status is SequenceStatus.FINISHED:
-                continue  # finished or cancelled after this step was launched: its row is discarded
-            logprobs = result.prompt_logprobs.get(sequence)
-            if logprobs is not None:
-                self.outputs.add_prompt_logprobs(sequence, logprobs)
-            token = result.sampled.get(sequence)
-            if token is None:
-                continue
-            sequence.num_in_flight_tokens -= 1
-            output = self.outputs.append_token(sequence, token)
-            self._index_known_blocks(sequence)  # the token may complete a block a later launched step wrote
-            self.observer.token_emitted(sequence.request_id)
-            if output.finished:
-                self._finish(sequence, output)
-            else:
-                sequence.sink(output)
-        self.observer.step_finished(len(step.chunks), step.num_tokens, time.monotonic() - in_flight.started_s)
-
-    def _fail(self, step: ScheduledStep, error: Exception) -> None:
-        log.exception("engine step failed; failing its %d requests", len(step.chunks))
-        failure = error if isinstance(error, ArbiError) else ArbiError(f"engine step failed: {error}")
-        for chunk in step.chunks:
-            if chunk.sequence.status is not SequenceStatus.FINISHED:
-                self._finish(chunk.sequence, RequestOutput(chunk.sequence.request_id, error=failure))
 
     def _finish(self, sequence: Sequence, output: RequestOutput) -> None:
         self._sequences.pop(sequence.request_id, None)
@@ -391,7 +293,7 @@ class Engine:
         sequence.sink(output)
 
     def _abort_all(self, error: ArbiError) -> None:
-        self._in_flight = None  # its results are not needed
+        self.pipeline.drop_step_in_flight()
         for sequence in list(self._sequences.values()):
             self._finish(sequence, RequestOutput(sequence.request_id, error=error))
 
