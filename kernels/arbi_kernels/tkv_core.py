@@ -283,8 +283,11 @@ for the high word. Output element 2r + e of each word is code r + 4e: the code_c
 def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr):
     """[N, D/16] int64 pairs of 4-bit words -> float16 codes [N, D] in code_channels order, by inline PTX
     (compiled kernels only, not the interpreter): per 8 codes 3 shifts, 4 lop3 and 4 packed subtractions, about
-    half of what unpack_words plus codes_as_floats take (sm_90 SASS). inline_asm_elementwise hands one asm the 16
-    elements of one thread's [2, 2, 2, 2] join in register order, the join order of unpack_words."""
+    half of what unpack_words plus codes_as_floats take (sm_90 SASS). Correct only while inline_asm_elementwise
+    hands one asm the 16 elements of one thread's [2, 2, 2, 2] join in register order (the join order of
+    unpack_words): true of the layouts Triton 3.6 picks for every tile bench_tkv times (checked in their TTGIR),
+    not of all (loading the scales as [N, D/G, 1] made it interleave two tokens), so tests/gpu compare this path
+    against the reference."""
     copies = tl.join(pairs, pairs)
     copies = tl.join(copies, copies)
     copies = tl.join(copies, copies)
