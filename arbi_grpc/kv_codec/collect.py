@@ -107,25 +107,44 @@ class CalibrationRunner:
         hidden = self.model(window.to(self.device), positions, metadata, kv_cache)
         return self.model.compute_logits(hidden[:-1])
 
-    def window_losses(self, windows: Tensor, rewrite: KvRewrite | None = None) -> Tensor:
-        """Next-token losses [N, W-1] of windows [N, W], with each layer's new K/V through `rewrite`."""
+    def _per_window(self, windows: Tensor, rewrite: KvRewrite | None, score: Callable[[int, Tensor], Tensor]) -> Tensor:
+        """score(window index, next-token logits [W-1, V]) stacked over windows, K/V through `rewrite`."""
         _check_windows(windows)
         self.probe.rewrite, self.probe.records = rewrite, None
         try:
             with torch.inference_mode():
-                losses = [
-                    torch.nn.functional.cross_entropy(self._window_logits(w), w[1:].to(self.device), reduction="none")
-                    for w in windows
-                ]
+                return torch.stack([score(i, self._window_logits(w)) for i, w in enumerate(windows)])
         finally:
             self.probe.rewrite = None
-        return torch.stack(losses).cpu()
+
+    def window_losses(self, windows: Tensor, rewrite: KvRewrite | None = None) -> Tensor:
+        """Next-token losses [N, W-1] of windows [N, W], with each layer's new K/V through `rewrite`."""
+
+        def losses(i: int, logits: Tensor) -> Tensor:
+            return torch.nn.functional.cross_entropy(logits, windows[i, 1:].to(self.device), reduction="none")
+
+        return self._per_window(windows, rewrite, losses).cpu()
 
     def mean_loss(self, windows: Tensor, rewrite: KvRewrite | None = None) -> float:
         return self.window_losses(windows, rewrite).double().mean().item()
 
     def perplexity(self, windows: Tensor, rewrite: KvRewrite | None = None) -> float:
         return math.exp(self.mean_loss(windows, rewrite))
+
+    def window_log_probs(self, windows: Tensor, rewrite: KvRewrite | None = None) -> Tensor:
+        """Next-token log-probabilities [N, W-1, V] of windows [N, W] (on the runner's device)."""
+        return self._per_window(windows, rewrite, lambda i, logits: logits.float().log_softmax(dim=-1))
+
+    def mean_divergence(self, windows: Tensor, reference_log_probs: Tensor, rewrite: KvRewrite | None) -> float:
+        """Mean KL(reference || K/V through `rewrite`) over the next-token distributions of windows [N, W];
+        reference_log_probs: window_log_probs of the same windows, usually with exact K/V."""
+
+        def divergence(i: int, logits: Tensor) -> Tensor:
+            log_probs = logits.float().log_softmax(dim=-1)
+            return torch.nn.functional.kl_div(log_probs, reference_log_probs[i], log_target=True, reduction="sum")
+
+        total = self._per_window(windows, rewrite, divergence).double().sum().item()
+        return total / (windows.shape[0] * (windows.shape[1] - 1))
 
     def collect(self, windows: Tensor) -> list[LayerActivations]:
         """Per-layer keys and values over windows [N, W], with exact K/V."""

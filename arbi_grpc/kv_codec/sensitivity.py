@@ -1,10 +1,10 @@
 """Per-slot TKV sensitivity measured around an operating point (a slot is one layer's keys or its values).
 
-For each slot, the mean loss on the dev windows is measured with every slot at the operating point except this
+For each slot, a dev measure (calibrate uses the mean KL divergence from the exact-K/V model) is measured with every slot at the operating point except this
 one, which goes one supported width lower (K4V3 -> that layer's keys at 3 bits; a slot already at 2 bits goes
 one width higher instead). With e(b) the slot's round-trip squared error at b bits on the calibration samples,
-the slot's loss is modelled as linear in its error around the point: cost(b) = c * e(b), where c is the
-measured loss change over the error change (never negative). So the costs carry the interactions of the real
+the slot's cost is modelled as linear in its error around the point: cost(b) = c * e(b), where c is the
+measured change over the error change (never negative). So the costs carry the interactions of the real
 operating point, not those of an 8-bit background, and cost one dev forward pass per slot (2 * layers passes,
 plus one at the point itself).
 """
@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 from arbi_grpc.kv_codec.bit_allocation import KEYS, VALUES, neighbour_widths, operating_point
 
-# layer_bits -> mean dev loss with every K/V through the codec at those bits
-DevLoss = Callable[[Sequence[tuple[int, int]]], float]
+# layer_bits -> dev measure (loss or divergence) with every K/V through the codec at those bits
+DevMeasure = Callable[[Sequence[tuple[int, int]]], float]
 # (layer, KEYS | VALUES, bits) -> round-trip squared error of that slot at that width
 SlotError = Callable[[int, str, int], float]
 _ERROR_FLOOR = 1e-12
@@ -29,13 +29,13 @@ def probe_width(point_bits: int) -> int:
 
 
 def operating_point_costs(
-    dev_loss: DevLoss, slot_error: SlotError, num_layers: int, average_bits: float
+    dev_measure: DevMeasure, slot_error: SlotError, num_layers: int, average_bits: float
 ) -> tuple[dict[tuple[int, str, int], float], dict[str, float]]:
-    """(costs for greedy_allocation at every neighbour width of the point, the measured loss change per slot
+    """(costs for greedy_allocation at every neighbour width of the point, the measured change per slot
     keyed like "12K")."""
     point = operating_point(average_bits)
     uniform = [point] * num_layers
-    reference = dev_loss(uniform)
+    reference = dev_measure(uniform)
     costs: dict[tuple[int, str, int], float] = {}
     measured: dict[str, float] = {}
     for layer in range(num_layers):
@@ -43,7 +43,7 @@ def operating_point_costs(
             probe = probe_width(point_bits)
             layer_bits = list(uniform)
             layer_bits[layer] = (probe, point[1]) if kind == KEYS else (point[0], probe)
-            change = dev_loss(layer_bits) - reference
+            change = dev_measure(layer_bits) - reference
             measured[f"{layer}{kind}"] = change
             error_change = slot_error(layer, kind, probe) - slot_error(layer, kind, point_bits)
             if probe > point_bits:

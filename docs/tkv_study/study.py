@@ -29,6 +29,7 @@ from allocation import (
 )
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec import TkvCalibration, calibrate_tkv, model_fingerprint, query_channel_weights
+from arbi_grpc.kv_codec.calibrate import ChannelRecipe
 from harness import StudyModel, default_gguf_path, split_windows, tokenize_wikitext
 
 SENSITIVITY_LEVELS = (2, 3, 4, 5, 6)
@@ -185,7 +186,8 @@ class StudyRun:
             key_weights = [query_channel_weights(q, k.shape[1], recipe.rotate) for q, k in zip(acts.queries, keys)]
         calibrate_tkv(
             keys, values, layer_bits, recipe.group_size, fingerprint,
-            recipe.rotate, recipe.method, recipe.center, key_weights, sink,
+            recipe.rotate, ChannelRecipe(recipe.method, recipe.center), ChannelRecipe(recipe.method, recipe.center),
+            key_weights, sink,
         ).save(bundle_dir)
         reloaded = TkvCalibration.load(bundle_dir, fingerprint)
         codecs = [reloaded.layer_codec(i) for i in range(reloaded.num_layers)]

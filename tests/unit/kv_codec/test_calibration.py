@@ -17,6 +17,7 @@ from arbi_grpc.kv_codec import (
     hadamard_rotate,
     query_channel_weights,
 )
+from arbi_grpc.kv_codec.calibrate import ChannelRecipe
 from arbi_grpc.kv_codec.calibration import METADATA_FILE, TENSORS_FILE
 
 LAYERS, HEADS, HEAD_DIM = 3, 2, 64
@@ -34,7 +35,8 @@ def _activations(generator: torch.Generator, tokens: int = 96) -> list[torch.Ten
 def _calibration(generator: torch.Generator, fingerprint: str = "tkvfp1:model-a") -> TkvCalibration:
     keys, values = _activations(generator), _activations(generator)
     return calibrate_tkv(
-        keys, values, [(4, 4), (3, 2), (8, 5)], 32, fingerprint, rotate=True, method="sqrt_max", sink_tokens=2
+        keys, values, [(4, 4), (3, 2), (8, 5)], 32, fingerprint, rotate=True,
+        key_recipe=ChannelRecipe("sqrt_max"), value_recipe=ChannelRecipe("sqrt_max"), sink_tokens=2,
     )
 
 
@@ -43,7 +45,7 @@ def test_bundle_round_trip(tmp_path: Path, generator: torch.Generator) -> None:
     calibration.save(tmp_path)
     loaded = TkvCalibration.load(tmp_path, calibration.model_fingerprint)
     assert loaded.layer_bits == ((4, 4), (3, 2), (8, 5))
-    assert (loaded.group_size, loaded.rotate, loaded.method) == (32, True, "sqrt_max+center")
+    assert (loaded.group_size, loaded.rotate, loaded.method) == (32, True, "K:sqrt_max+center V:sqrt_max+center")
     for name in ("key_scales", "value_scales", "key_shifts", "value_shifts"):
         assert torch.equal(getattr(loaded, name), getattr(calibration, name))
     assert bool(calibration.key_shifts.abs().sum() > 0)
@@ -120,7 +122,7 @@ def test_mse_scales_do_not_lose_to_unit_scales(generator: torch.Generator) -> No
     samples = _activations(generator, tokens=256)[0]
     errors = {
         method: _round_trip_error(
-            calibrate_tkv([samples], [samples], [(3, 3)], 32, "fp", False, method, False), samples
+            calibrate_tkv([samples], [samples], [(3, 3)], 32, "fp", False, ChannelRecipe(method, False)), samples
         )
         for method in ("none", "mse")
     }
@@ -134,7 +136,7 @@ def test_centering_shift_is_the_rotated_mean_and_reduces_error(generator: torch.
     assert torch.allclose(transform.shift, hadamard_rotate(samples).mean(dim=0), atol=1e-4)
     errors = {
         center: _round_trip_error(
-            calibrate_tkv([samples], [samples], [(3, 3)], 32, "fp", True, "none", center), samples
+            calibrate_tkv([samples], [samples], [(3, 3)], 32, "fp", True, ChannelRecipe("none", center)), samples
         )
         for center in (False, True)
     }
@@ -164,13 +166,24 @@ def test_query_weighted_calibration_is_labelled(generator: torch.Generator) -> N
     samples = _activations(generator, tokens=64)
     weights = [torch.ones(HEADS, HEAD_DIM)] * LAYERS
     calibration = calibrate_tkv(samples, samples, [(4, 4)] * LAYERS, 32, "fp", key_weights_per_layer=weights)
-    assert calibration.method == "mse+center+qweighted"
+    assert calibration.method == "K:mse+center+qweighted V:none"
+
+
+def test_default_recipes_calibrate_keys_and_leave_values_rotated_only(generator: torch.Generator) -> None:
+    keys, values = _activations(generator), _activations(generator)
+    calibration = calibrate_tkv(keys, values, [(4, 3)] * LAYERS, 32, "fp")
+    assert calibration.method == "K:mse+center V:none"
+    assert bool(calibration.key_shifts.abs().amax() > 0)
+    assert torch.equal(calibration.value_scales, torch.ones_like(calibration.value_scales))
+    assert torch.equal(calibration.value_shifts, torch.zeros_like(calibration.value_shifts))
 
 
 def test_unknown_method_and_mismatched_layers_are_refused(generator: torch.Generator) -> None:
     samples = _activations(generator)
     with pytest.raises(InvalidArgumentError, match="kv_calibration_method"):
         calibrate_channels(samples[0], 4, 32, method="magic")
+    with pytest.raises(InvalidArgumentError, match="kv_calibration_method"):
+        ChannelRecipe("magic")
     with pytest.raises(InvalidArgumentError):
         calibrate_tkv(samples, samples[:2], [(4, 4)] * LAYERS, 32, "fp")
     with pytest.raises(InvalidArgumentError):

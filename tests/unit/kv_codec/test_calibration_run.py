@@ -48,16 +48,16 @@ def test_uniform_bits_write_a_bundle_for_this_model(model_dir, text_path, tmp_pa
     assert not bool((calibration.key_shifts == 0).all())  # calibrated, not the uniform placeholder
 
 
-def test_average_bits_allocation_keeps_the_budget_and_reports_both_dev_losses(model_dir, text_path, tmp_path):
+def test_average_bits_allocation_keeps_the_budget_and_reports_both_dev_divergences(model_dir, text_path, tmp_path):
     settings = CalibrationSettings(3.5, None, group_size=8, window=WINDOW, max_windows=3, dev_windows=1)
     report = run_calibration(model_dir, text_path, settings, tmp_path / "bundle")
     calibration = TkvCalibration.load(tmp_path / "bundle", model_dir_fingerprint(model_dir))
     assert calibration.average_bits() == 3.5
     assert all(k >= v for k, v in calibration.layer_bits)
     assert report["kept"] in ("allocated", "uniform")
-    kept_loss = report["dev_loss_allocated"] if report["kept"] == "allocated" else report["dev_loss_uniform"]
-    assert kept_loss <= report["dev_loss_uniform"]
-    assert set(report["dev_loss_change_one_width_off"]) == {"0K", "0V", "1K", "1V"}
+    kept = report["dev_kl_allocated"] if report["kept"] == "allocated" else report["dev_kl_uniform"]
+    assert 0 < kept <= report["dev_kl_uniform"]
+    assert set(report["dev_kl_change_one_width_off"]) == {"0K", "0V", "1K", "1V"}
 
 
 @pytest.mark.parametrize(

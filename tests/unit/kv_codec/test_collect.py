@@ -50,6 +50,19 @@ def test_identity_rewrite_keeps_the_losses_and_a_noisy_one_changes_them(runner, 
     assert seen_positions[0].tolist() == list(range(WINDOW))
 
 
+def test_divergence_is_zero_for_exact_kv_and_positive_for_noisy_kv(runner, generator):
+    windows = _windows(generator, 2)
+    reference = runner.window_log_probs(windows)
+    assert reference.shape[:2] == (2, WINDOW - 1)
+    torch.testing.assert_close(reference.exp().sum(dim=-1), torch.ones(2, WINDOW - 1))
+    assert runner.mean_divergence(windows, reference, None) == pytest.approx(0.0, abs=1e-6)
+
+    def noisy(layer, positions, keys, values):
+        return keys, values + torch.randn_like(values)
+
+    assert runner.mean_divergence(windows, reference, noisy) > 1e-4
+
+
 def test_without_sink_drops_the_first_positions_of_each_window():
     samples = torch.arange(12.0).view(12, 1, 1)
     assert without_sink(samples, 4, 1).flatten().tolist() == [1, 2, 3, 5, 6, 7, 9, 10, 11]
