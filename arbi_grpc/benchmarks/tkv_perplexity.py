@@ -4,6 +4,8 @@ the CPU. Every K/V that attention reads went through the storage being measured.
 - Perplexity, the FACTS.md protocol: wikitext-2's test file tokenized whole (no special tokens), its first 12
   consecutive 512-token windows each scored alone from the engine's prompt log-probabilities (511 losses per
   window), ppl = exp(mean loss).
+  The change against fp32 comes with the standard error of the paired per-token loss difference: calibrations
+  whose deltas differ by less than about two of those are not told apart by these 6,132 tokens.
 - Greedy agreement: 20 chat prompts, 32 greedy tokens each; the share of generations identical to fp32's.
 
 Settings: `fp32` (float32 KV), `KxVy` (TKV with --kv-bits x/y over the bundle's scales), `bundle` (TKV with the
@@ -116,9 +118,17 @@ def window_losses(engine: Engine, window: list[int], request_id: str) -> list[fl
     return [-logprob for logprob in prompt_logprobs[1:]]
 
 
-def perplexity(engine: Engine, windows: list[list[int]]) -> float:
-    losses = [loss for i, window in enumerate(windows) for loss in window_losses(engine, window, f"window-{i}")]
-    return math.exp(sum(losses) / len(losses))
+def token_losses(engine: Engine, windows: list[list[int]]) -> list[float]:
+    """The next-token losses of every window, window after window."""
+    return [loss for i, window in enumerate(windows) for loss in window_losses(engine, window, f"window-{i}")]
+
+
+def paired_delta(losses: list[float], reference: list[float]) -> tuple[float, float]:
+    """(relative perplexity change, its standard error) of `losses` against `reference` on the same tokens."""
+    differences = [a - b for a, b in zip(losses, reference, strict=True)]
+    mean = statistics.fmean(differences)
+    error = statistics.stdev(differences) / math.sqrt(len(differences))
+    return math.exp(mean) - 1, math.exp(mean) * error
 
 
 def greedy_generations(served: ServedModel, prompts: tuple[str, ...] = GREEDY_PROMPTS) -> list[tuple[int, ...]]:
@@ -144,8 +154,10 @@ def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windo
             "setting": setting.name,
             "kv_codec": served.engine.runner.kv_cache.setting_name if setting.kv_cache_dtype == "tkv" else "float32",
             "kv_block_bytes": served.engine.runner.kv_cache.bytes_per_block,
-            "ppl": perplexity(served.engine, wikitext_windows(served, wikitext, num_windows)) if num_windows else None,
         }
+        losses = token_losses(served.engine, wikitext_windows(served, wikitext, num_windows)) if num_windows else None
+        row["ppl"] = math.exp(statistics.fmean(losses)) if losses else None
+        row["losses"] = losses
         if greedy:
             row["greedy"] = greedy_generations(served)
     finally:
@@ -182,7 +194,9 @@ def main() -> None:
         if row["ppl"] is not None:
             ppl = f"{row['ppl']:.3f}"
             if reference is not None and reference["ppl"] is not None:
-                delta = f"{100 * (row['ppl'] / reference['ppl'] - 1):+.2f}%"
+                change, error = paired_delta(row["losses"], reference["losses"])
+                row["change_vs_fp32"], row["change_standard_error"] = change, error
+                delta = f"{100 * change:+.2f}% ± {100 * error:.2f}"
         if reference is not None and "greedy" in row and "greedy" in reference:
             same = sum(a == b for a, b in zip(row["greedy"], reference["greedy"]))
             row["greedy_agreement"] = same / len(reference["greedy"])
@@ -193,6 +207,8 @@ def main() -> None:
             prefix = f"{row['mean_common_prefix_tokens']:.1f} of {GREEDY_TOKENS}"
         print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {ppl} | {delta} | {agreement} | "
               f"{prefix} |")
+    for row in rows:
+        del row["losses"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"windows": args.windows, "window_tokens": WINDOW_TOKENS, "rows": rows},
                                    indent=2) + "\n")
