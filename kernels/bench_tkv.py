@@ -40,7 +40,7 @@ from arbi_kernels import (
 )
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.testing import BatchShape, PagedBatch, random_paged_batch
-from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
+from arbi_kernels.tkv_decode_attention import DEFAULT_TKV_DECODE_TILES, TkvDecodeTiles
 from arbi_kernels.tkv_prefill_attention import default_tkv_prefill_tiles
 from arbi_kernels.tkv_reference import (
     tkv_paged_decode_attention_reference,
@@ -75,7 +75,8 @@ FILL_CHUNK_TOKENS = 65536
 GRAPH_LAUNCHES = 20
 GRAPH_REPLAYS = 7
 L2_FLUSH_BYTES = 128 * 2**20  # over twice the H200's 50 MiB L2
-DEFAULT_DECODE_TILES = TkvDecodeTiles()
+DEFAULT_DECODE_TILES = DEFAULT_TKV_DECODE_TILES
+PLAIN_DECODE_TILES = TkvDecodeTiles()  # no PTX unpack, no transposed dots, unmasked word loads
 
 
 def graph_gpu_ms(run: Callable[[], object], flush: torch.Tensor) -> float:
@@ -371,16 +372,15 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
 
 
 OLD_DECODE_TILES = TkvDecodeTiles(mask_words=True)  # the kernel of the 1.34 ms row (batch 32, 32k) in docs
-FAST_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True)  # sm_90: 701 instructions
 DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] = {  # batch: (tiles, num_splits)
     # auto: choose_tkv_num_splits (4 at batch 32, 16 at batch 8); 5 and 17 are what the bf16 heuristic picks
-    32: ((OLD_DECODE_TILES, 5), (DEFAULT_DECODE_TILES, 5), (DEFAULT_DECODE_TILES, None),
+    32: ((OLD_DECODE_TILES, 5), (PLAIN_DECODE_TILES, 5), (PLAIN_DECODE_TILES, None),
          (TkvDecodeTiles(64, 4, 2, transposed_dots=True), None), (TkvDecodeTiles(64, 4, 2, ptx_nibbles=True), None),
-         (FAST_DECODE_TILES, 5), (FAST_DECODE_TILES, None), (FAST_DECODE_TILES, 8), (FAST_DECODE_TILES, 16),
+         (DEFAULT_DECODE_TILES, 5), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 8), (DEFAULT_DECODE_TILES, 16),
          (TkvDecodeTiles(64, 4, 3, ptx_nibbles=True, transposed_dots=True), None),
          (TkvDecodeTiles(128, 4, 2, ptx_nibbles=True, transposed_dots=True), None)),
-    8: ((OLD_DECODE_TILES, 17), (DEFAULT_DECODE_TILES, None), (FAST_DECODE_TILES, 17), (FAST_DECODE_TILES, None),
-        (FAST_DECODE_TILES, 32)),
+    8: ((OLD_DECODE_TILES, 17), (PLAIN_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 17), (DEFAULT_DECODE_TILES, None),
+        (DEFAULT_DECODE_TILES, 32)),
 }
 
 

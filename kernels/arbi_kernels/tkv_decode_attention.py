@@ -78,10 +78,9 @@ class TkvDecodeTiles:
     takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (bench_tkv.py --decode-only).
     ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_core.nibble_pair_view
     and nibble_pairs_as_halves), on CUDA with float16 compute only (elsewhere, and for other widths, the flag
-    changes nothing): on sm_90 a third fewer instructions per tile than the default (64/4/2: 855 per warp and
-    64-token tile against 1225, 127 registers); untimed yet, hence off by default. transposed_dots: scores as
-    (k @ q^T)^T and the value sum as (v^T @ p^T)^T (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64
-    and 4 warps: with ptx_nibbles 701 instructions per tile at 127 registers; untimed, off by default."""
+    changes nothing). transposed_dots: scores as (k @ q^T)^T and the value sum as (v^T @ p^T)^T
+    (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64 and 4 warps. The field defaults are the plain
+    kernel; the wrapper's default is DEFAULT_TKV_DECODE_TILES."""
 
     block_n: int = 64
     num_warps: int = 4
@@ -99,6 +98,12 @@ class TkvDecodeTiles:
             raise ValueError(f"num_stages: must be >= 1, got {self.num_stages}")
         if self.max_registers is not None and not 24 <= self.max_registers <= 255:
             raise ValueError(f"max_registers: must be in [24, 255] or None, got {self.max_registers}")
+
+
+DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True)
+"""What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages (701 instructions per warp and
+64-token tile at 127 registers on sm_90, against 1246 at 149 for the first kernel). H200, K4V4, batch 32, 32k
+context (bench_tkv.py --decode-only, 2026-11-29): 1.04 ms, where the first kernel took 1.33 ms and bf16 1.06 ms."""
 
 
 @triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
@@ -212,7 +217,7 @@ def tkv_paged_decode_attention(
     softmax_scale: float,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
-    tiles: TkvDecodeTiles = TkvDecodeTiles(),
+    tiles: TkvDecodeTiles = DEFAULT_TKV_DECODE_TILES,
     compute_dtype: torch.dtype = torch.float16,
 ) -> torch.Tensor:
     """Attention acc [B, Hq, D] (float32, value code space) of q' [B, Hq, D] over each sequence's first

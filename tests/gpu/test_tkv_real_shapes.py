@@ -35,7 +35,7 @@ from arbi_kernels.tkv_testing import (
 from bench_tkv import (
     DECODE_ONLY_VARIANTS,
     DEFAULT_DECODE_TILES,
-    FAST_DECODE_TILES,
+    PLAIN_DECODE_TILES,
     SWEEP_DECODE_TILES,
 )
 
@@ -113,10 +113,10 @@ def test_transforms_match_torch_bit_for_bit(head_dim, dtype, device, generator):
     assert torch.equal(tkv_transform_output(accumulated, layer, dtype), transform_output(accumulated, layer, dtype))
 
 
-@pytest.mark.parametrize("tiles", [DEFAULT_DECODE_TILES, FAST_DECODE_TILES], ids=["default", "fast"])
+@pytest.mark.parametrize("tiles", [PLAIN_DECODE_TILES, DEFAULT_DECODE_TILES], ids=["plain", "default"])
 @pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)
 def test_decode_ragged_batch(head_dim, group_size, page_size, key_bits, value_bits, tiles, device, generator):
-    """Every layout with the default tiles and with bench_tkv's FAST_DECODE_TILES (PTX unpack, transposed dots)."""
+    """Every layout with the default tiles (PTX unpack, transposed dots) and with the plain kernel's."""
     seq_lens = [1, 2, *torch.randint(3, 4097, (6,), generator=generator, device=device).tolist()]
     shape = TkvShape(group_size * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
     _decode(random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator), tiles=tiles)
@@ -129,7 +129,7 @@ def test_decode_long_contexts_up_to_32k(head_dim, page_size, key_bits, value_bit
     seq_lens = [32768, int(torch.randint(8192, 32768, (1,), generator=generator, device=device)), 1]
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
     batch = random_tkv_batch(shape, [1] * 3, seq_lens, device, generator)
-    for tiles in (DEFAULT_DECODE_TILES, FAST_DECODE_TILES):
+    for tiles in (PLAIN_DECODE_TILES, DEFAULT_DECODE_TILES):
         _decode(batch, tiles=tiles)
 
 
