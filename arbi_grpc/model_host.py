@@ -69,6 +69,8 @@ class ModelHost:
             return False, self._operation or "no model is resident"
         if self._draining:
             return False, "the server is draining"
+        if self._served.engine.failure is not None:
+            return False, str(self._served.engine.failure)
         return True, ""
 
     def resident(self, model: str) -> ServedModel:
@@ -86,7 +88,10 @@ class ModelHost:
         """The model a new generate request goes to; UNAVAILABLE while draining or without a model."""
         if self._draining:
             raise UnavailableError("the server is draining and admits no new requests; retry later")
-        return self.resident(model)
+        served = self.resident(model)
+        if served.engine.failure is not None:
+            raise served.engine.failure
+        return served
 
     # -- model lifecycle ---------------------------------------------------------------------------
 
@@ -187,6 +192,11 @@ class ModelHost:
         """The resident model's engine and those of models still draining after a switch or unload."""
         return ([self._served.engine] if self._served else []) + list(self._retiring)
 
+    def watch_engine(self, engine: Engine) -> None:
+        """Republish readiness (from this event loop) when `engine`'s loop fails; call on the server's loop."""
+        loop = asyncio.get_running_loop()
+        engine.on_failure = lambda _: asyncio.run_coroutine_threadsafe(self._publish(), loop)
+
     def _require_resident(self) -> ServedModel:
         if self._served is None:
             raise FailedPreconditionError("no model is resident; load one with LoadModel")
@@ -196,6 +206,7 @@ class ModelHost:
         if not spec.strip():
             raise InvalidArgumentError("model", "name the model to load")
         served = await asyncio.to_thread(self._loader, dataclasses.replace(self._config, model=spec))
+        self.watch_engine(served.engine)
         await self._apply(served.engine, self.runtime_settings())  # in case they changed during the load
         return served
 

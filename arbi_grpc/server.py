@@ -100,6 +100,8 @@ class GrpcServer:
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")
         await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        if self.host.served is not None:
+            self.host.watch_engine(self.host.served.engine)
         await self._publish_readiness(self.host.readiness()[0])
         if self.observability.metrics_port:
             self.metrics_exporter = MetricsExporter(

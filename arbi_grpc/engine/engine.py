@@ -1,7 +1,9 @@
 """The engine loop: one thread that owns the scheduler and the model runner.
 
 Other threads talk to it only through `submit`, `cancel` and `call`, which post tasks to a queue (a cancel
-is a task too); once `shutdown` began, new submits and calls are refused with UnavailableError. Each
+is a task too); once `shutdown` began, new submits and calls are refused with UnavailableError. An unexpected
+error inside the loop ends every request with INTERNAL, refuses everything after it (`failure`) and calls
+`on_failure`, so the server stops reporting ready instead of leaving streams hanging. Each
 step the loop takes new tasks, schedules, launches the model once, and streams outputs back through each
 request's sink. With overlapped steps (the default, `StepPipeline`) a step is scheduled and launched before
 the host reads the previous one's tokens, so the device never waits for the host's bookkeeping. Outputs are
@@ -11,6 +13,7 @@ event loop).
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -31,6 +34,8 @@ from arbi_grpc.observability.engine_observer import EngineObserver, NoEngineObse
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
 from arbi_grpc.text.stop_strings import StopStringMatcher
 from arbi_grpc.text.tokenizer import TextTokenizer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,9 @@ class Engine:
         self._lock = threading.Lock()
         self._num_pending = 0  # submitted, not yet taken by the loop
         self._num_waiting = 0  # in the scheduler's waiting queue after the last step
-        self._closed = False  # shutdown began: no new submits or calls
+        self._closed = False  # shutdown began (or the loop failed): no new submits or calls
+        self._failure: UnavailableError | None = None
+        self.on_failure: Callable[[UnavailableError], None] | None = None  # called on the engine thread
         self._thread: threading.Thread | None = None
 
     # -- called from any thread -------------------------------------------------------------------
@@ -111,7 +118,7 @@ class Engine:
         """Queues a request; raises ResourceExhaustedError when the waiting queue is full."""
         with self._lock:
             if self._closed:
-                raise UnavailableError("the model's engine is shutting down; retry")
+                raise self._failure or UnavailableError("the model's engine is shutting down; retry")
             queued = self._num_pending + self._num_waiting
             if queued >= self.max_waiting_requests:
                 raise ResourceExhaustedError(
@@ -140,7 +147,7 @@ class Engine:
         future: Future = Future()
         with self._lock:
             if self._closed:
-                future.set_exception(UnavailableError("the model's engine is shutting down"))
+                future.set_exception(self._failure or UnavailableError("the model's engine is shutting down"))
                 return future
             self._tasks.put(_Call(function, future))
         return future
@@ -168,6 +175,11 @@ class Engine:
         def apply() -> None:
             self.pipeline.overlap_steps = enabled
         return self.call(apply)
+
+    @property
+    def failure(self) -> UnavailableError | None:
+        """Why the loop stopped by itself (an unexpected error inside it), or None: what new calls are refused with."""
+        return self._failure
 
     @property
     def num_requests(self) -> int:
@@ -212,12 +224,44 @@ class Engine:
     # -- the engine thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            while True:
+                idle = self.scheduler.num_unfinished == 0 and not self.pipeline.has_step_in_flight
+                if not self._take_tasks(block=idle):
+                    return
+                if self.scheduler.num_unfinished or self.pipeline.has_step_in_flight:
+                    self.step()
+        except Exception as error:  # a defect in the loop itself: end everything loudly, never leave a stream hanging
+            self._fail(error)
+
+    def _fail(self, error: Exception) -> None:
+        """Ends every request (INTERNAL), answers every queued task, and refuses new ones (UNAVAILABLE)."""
+        log.exception("the engine loop failed; ending %d requests", len(self._sequences))
+        with self._lock:
+            self._closed = True
+            self._failure = UnavailableError(
+                f"the model's engine stopped after an internal error ({error!r}); reload the model"
+            )
+        ended = ArbiError(f"the engine failed while serving this request: {error!r}")
+        for sequence in list(self._sequences.values()):
+            try:
+                self._finish(sequence, RequestOutput(sequence.request_id, error=ended))
+            except Exception:  # the engine's state may be what broke: the stream still ends
+                log.exception("could not release request %s", sequence.request_id)
+                sequence.sink(RequestOutput(sequence.request_id, error=ended))
         while True:
-            idle = self.scheduler.num_unfinished == 0 and not self.pipeline.has_step_in_flight
-            if not self._take_tasks(block=idle):
-                return
-            if self.scheduler.num_unfinished or self.pipeline.has_step_in_flight:
-                self.step()
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(task, _Submit):
+                task.sink(RequestOutput(task.request.request_id, error=ended))
+            elif isinstance(task, _Cancel):
+                task.future.set_result(False)
+            elif isinstance(task, _Call):
+                task.future.set_exception(self._failure)
+        if self.on_failure is not None:
+            self.on_failure(self._failure)
 
     def _take_tasks(self, block: bool) -> bool:
         """Applies queued tasks (waiting for one if `block`); False when asked to shut down."""
