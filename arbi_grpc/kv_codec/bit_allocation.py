@@ -69,6 +69,35 @@ def greedy_allocation(costs: SlotCosts, num_layers: int, average_bits: float) ->
     return [(bits[(layer, KEYS)], bits[(layer, VALUES)]) for layer in range(num_layers)]
 
 
+def sensitivity_swaps(changes: Mapping[Slot, float], average_bits: float) -> list[tuple[Slot, Slot]]:
+    """Candidate moves from the operating point, best first: the i-th most sensitive slot (largest measured
+    change one width lower) one supported width up, paired with the i-th least sensitive slot one width down,
+    where both steps move the same number of bits (so the pair keeps the budget)."""
+    point = dict(zip((KEYS, VALUES), operating_point(average_bits)))
+    ranked = sorted(changes, key=lambda slot: changes[slot])
+    pairs = []
+    for up, down in zip(reversed(ranked), ranked):
+        if up == down or changes[up] <= changes[down]:
+            break
+        up_widths, down_widths = neighbour_widths(point[up[1]]), neighbour_widths(point[down[1]])
+        if up_widths[-1] - point[up[1]] == point[down[1]] - down_widths[0] > 0:
+            pairs.append((up, down))
+    return pairs
+
+
+def moved(layer_bits: Sequence[tuple[int, int]], up: Slot, down: Slot) -> list[tuple[int, int]] | None:
+    """`layer_bits` with slot `up` one supported width higher and `down` one lower; None when a width does not
+    exist or a layer would end with key bits < value bits."""
+    bits = {(layer, kind): pair[i] for layer, pair in enumerate(layer_bits) for i, kind in enumerate((KEYS, VALUES))}
+    for slot, step in ((up, 1), (down, -1)):
+        index = SUPPORTED_BITS.index(bits[slot]) + step
+        if not 0 <= index < len(SUPPORTED_BITS):
+            return None
+        bits[slot] = SUPPORTED_BITS[index]
+    result = [(bits[(layer, KEYS)], bits[(layer, VALUES)]) for layer in range(len(layer_bits))]
+    return result if all(k >= v for k, v in result) else None
+
+
 def average_bits(layer_bits: Sequence[tuple[int, int]]) -> float:
     return sum(k + v for k, v in layer_bits) / (2 * len(layer_bits))
 

@@ -1,8 +1,8 @@
 """Per-slot TKV sensitivity measured around an operating point (a slot is one layer's keys or its values).
 
-For each slot, a dev measure (calibrate uses the mean KL divergence from the exact-K/V model) is measured with every slot at the operating point except this
-one, which goes one supported width lower (K4V3 -> that layer's keys at 3 bits; a slot already at 2 bits goes
-one width higher instead). With e(b) the slot's round-trip squared error at b bits on the calibration samples,
+For each slot, a dev measure (calibrate uses the mean KL divergence from the exact-K/V model) is taken with
+every slot at the operating point except this one, which goes one supported width lower (K4V3 -> that layer's
+keys at 3 bits; a slot already at 2 bits goes one width higher instead). With e(b) the slot's round-trip squared error at b bits on the calibration samples,
 the slot's cost is modelled as linear in its error around the point: cost(b) = c * e(b), where c is the
 measured change over the error change (never negative). So the costs carry the interactions of the real
 operating point, not those of an 8-bit background, and cost one dev forward pass per slot (2 * layers passes,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from arbi_grpc.kv_codec.bit_allocation import KEYS, VALUES, neighbour_widths, operating_point
+from arbi_grpc.kv_codec.bit_allocation import KEYS, VALUES, Slot, neighbour_widths, operating_point
 
 # layer_bits -> dev measure (loss or divergence) with every K/V through the codec at those bits
 DevMeasure = Callable[[Sequence[tuple[int, int]]], float]
@@ -30,21 +30,20 @@ def probe_width(point_bits: int) -> int:
 
 def operating_point_costs(
     dev_measure: DevMeasure, slot_error: SlotError, num_layers: int, average_bits: float
-) -> tuple[dict[tuple[int, str, int], float], dict[str, float]]:
-    """(costs for greedy_allocation at every neighbour width of the point, the measured change per slot
-    keyed like "12K")."""
+) -> tuple[dict[tuple[int, str, int], float], dict[Slot, float]]:
+    """(costs for greedy_allocation at every neighbour width of the point, the measured change per slot)."""
     point = operating_point(average_bits)
     uniform = [point] * num_layers
     reference = dev_measure(uniform)
     costs: dict[tuple[int, str, int], float] = {}
-    measured: dict[str, float] = {}
+    measured: dict[Slot, float] = {}
     for layer in range(num_layers):
         for kind, point_bits in ((KEYS, point[0]), (VALUES, point[1])):
             probe = probe_width(point_bits)
             layer_bits = list(uniform)
             layer_bits[layer] = (probe, point[1]) if kind == KEYS else (point[0], probe)
             change = dev_measure(layer_bits) - reference
-            measured[f"{layer}{kind}"] = change
+            measured[(layer, kind)] = change
             error_change = slot_error(layer, kind, probe) - slot_error(layer, kind, point_bits)
             if probe > point_bits:
                 change, error_change = -change, -error_change

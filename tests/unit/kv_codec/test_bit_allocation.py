@@ -12,8 +12,10 @@ from arbi_grpc.kv_codec.bit_allocation import (
     VALUES,
     average_bits,
     greedy_allocation,
+    moved,
     neighbour_widths,
     operating_point,
+    sensitivity_swaps,
 )
 
 
@@ -78,3 +80,18 @@ def test_missing_cost_is_named():
     del costs[(1, VALUES, 4)]
     with pytest.raises(InvalidArgumentError, match="layer 1 V at 4 bits"):
         greedy_allocation(costs, 2, 3.5)
+
+
+def test_swaps_pair_the_most_and_least_sensitive_slots_until_they_meet():
+    changes = {(0, KEYS): 0.5, (0, VALUES): -0.1, (1, KEYS): 0.2, (1, VALUES): 0.01, (2, KEYS): 0.3, (2, VALUES): 0.0}
+    pairs = [((0, KEYS), (0, VALUES)), ((2, KEYS), (2, VALUES)), ((1, KEYS), (1, VALUES))]
+    assert sensitivity_swaps(changes, 3.5) == pairs
+
+
+def test_moved_keeps_the_budget_and_refuses_values_above_keys():
+    uniform = [(4, 3)] * 3
+    swapped = moved(uniform, (1, VALUES), (0, KEYS))
+    assert swapped == [(3, 3), (4, 4), (4, 3)]
+    assert average_bits(swapped) == 3.5
+    assert moved(swapped, (0, VALUES), (2, KEYS)) is None  # layer 0 would hold K3V4
+    assert moved([(2, 2)], (0, KEYS), (0, VALUES)) is None  # no width below 2

@@ -54,9 +54,10 @@ def test_average_bits_allocation_keeps_the_budget_and_reports_both_dev_divergenc
     calibration = TkvCalibration.load(tmp_path / "bundle", model_dir_fingerprint(model_dir))
     assert calibration.average_bits() == 3.5
     assert all(k >= v for k, v in calibration.layer_bits)
-    assert report["kept"] in ("allocated", "uniform")
-    kept = report["dev_kl_allocated"] if report["kept"] == "allocated" else report["dev_kl_uniform"]
-    assert 0 < kept <= report["dev_kl_uniform"]
+    assert report["kept"] in ("allocated", "swapped", "uniform")
+    kept = report[f"dev_kl_{report['kept']}"]
+    assert 0 < kept <= min(report["dev_kl_uniform"], report["dev_kl_allocated"], report["dev_kl_swapped"])
+    assert report["swapped_bits"] and report["allocated_bits"]
     assert set(report["dev_kl_change_one_width_off"]) == {"0K", "0V", "1K", "1V"}
 
 

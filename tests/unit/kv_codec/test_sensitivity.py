@@ -44,7 +44,7 @@ def test_costs_recover_an_additive_loss_and_measure_each_slot_once():
 
     costs, measured = operating_point_costs(dev_loss, _error, LAYERS, 3.5)
     assert len(calls) == 2 * LAYERS + 1
-    assert set(measured) == {f"{layer}{kind}" for layer in range(LAYERS) for kind in (KEYS, VALUES)}
+    assert set(measured) == {(layer, kind) for layer in range(LAYERS) for kind in (KEYS, VALUES)}
     weights = _weights()
     for (layer, kind, bits), cost in costs.items():
         assert cost == pytest.approx(weights[(layer, kind)] * _error(layer, kind, bits))
