@@ -4,8 +4,9 @@ The model runs through the engine's own decoder (`load_model`) in fp32. Its post
 each window's first `--sink-tokens` positions, give the keys' per-channel shifts and scales (values are only
 rotated; `calibrate_tkv`). With `--kv-bits K/V` every layer gets those bits. With `--avg-bits A` the bits are
 allocated per layer around the operating point of A (3.5 -> K4V3) from each layer's keys and values measured
-one width lower on the dev windows, and the allocation is kept only if its divergence from the exact-K/V model
-on the dev windows beats the uniform operating point's; otherwise the uniform point is written. The default text is arbi_grpc/kv_codec/data/calibration_text.txt (original prose shipped
+one width lower on the dev windows: of the uniform point, a greedy allocation and measured swaps (the most
+sensitive slot up, the least sensitive down), the one with the least divergence from the exact-K/V model on the
+dev windows is written. The default text is arbi_grpc/kv_codec/data/calibration_text.txt (original prose shipped
 with the package, see docs/tkv.md).
 """
 
