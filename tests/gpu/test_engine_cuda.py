@@ -13,22 +13,25 @@ from dataclasses import replace
 import pytest
 import torch
 
-from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
-from arbi_grpc.engine.engine import Engine
-from arbi_grpc.engine.offline import CompletedRequest, generate
+from arbi_grpc.engine.offline import generate
 from arbi_grpc.engine.request import FinishReason, GenerationRequest
-from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+from arbi_grpc.engine.sampling_params import StoppingParams
 from arbi_grpc.models.attention_selection import (
     TORCH_DTYPES,
     build_kv_cache,
     select_attention_backend,
 )
-from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 from arbi_grpc.serving import assemble_engine, build_runner
+from tests.gpu.engine_pair import (
+    build_engine,
+    greedy_requests,
+    on_device,
+    rescore_on_cpu,
+    worst_logprob_gap,
+)
 from tests.unit.engine.stream_harness import (
     Outputs,
     assert_same_streams,
@@ -36,42 +39,6 @@ from tests.unit.engine.stream_harness import (
     sampling_for,
     token_ids,
 )
-
-
-def _engine(model: CausalLM, config: ModelConfig, engine_config: EngineConfig, start: bool = True) -> Engine:
-    backend = model.model.layers[0].self_attn.backend
-    kv_cache = build_kv_cache(engine_config, config, num_blocks=256)
-    runner, _ = build_runner(model, kv_cache, engine_config, engine_config.max_model_len, backend)
-    engine = assemble_engine(runner, config, synthetic_tokenizer(config.vocab_size), engine_config,
-                             engine_config.max_model_len)
-    if start:
-        engine.start()
-    return engine
-
-
-def _on_device(cpu_model: CausalLM, config: ModelConfig, engine_config: EngineConfig) -> CausalLM:
-    """The same weights as `cpu_model`, in the engine config's device, dtype and attention backend."""
-    with torch.device("meta"):
-        model = CausalLM(config, attention_backend=select_attention_backend(engine_config), device="cuda")
-    dtype = TORCH_DTYPES[engine_config.dtype]
-    model.load_state_dict({name: tensor.to("cuda", dtype) for name, tensor in cpu_model.state_dict().items()},
-                          strict=True, assign=True)
-    model.fuse_projections()
-    return model.eval()
-
-
-def _requests(prompts: list[list[int]], new_tokens: int, prompt_logprobs: bool = False) -> list[GenerationRequest]:
-    return [
-        GenerationRequest(f"r{i}", tuple(prompt), SamplingParams(temperature=0.0, prompt_logprobs=prompt_logprobs),
-                          StoppingParams(max_output_tokens=new_tokens, ignore_eos=True))
-        for i, prompt in enumerate(prompts)
-    ]
-
-
-def _rescore_on_cpu(cpu_engine, prompts: list[list[int]], done: list[CompletedRequest]) -> list[list[float]]:
-    """CPU logprobs of each generated token given everything before it."""
-    scored = generate(cpu_engine, _requests([p + r.token_ids for p, r in zip(prompts, done)], 1, True))
-    return [list(s.prompt_logprobs[len(p):]) for p, s in zip(prompts, scored)]
 
 
 @pytest.mark.parametrize(("dtype", "graph_batch", "tolerance"), [
@@ -84,20 +51,19 @@ def test_gpu_generation_rescored_by_the_cpu_reference(dtype: str, graph_batch: i
     cpu_config = EngineConfig(device="cpu", **common)
     gpu_config = EngineConfig(device="cuda", dtype=dtype, cuda_graph_max_batch=graph_batch, **common)
     cpu_model = random_causal_lm(config, torch.float32, "cpu", seed=3)
-    cpu_engine = _engine(cpu_model, config, cpu_config)
-    gpu_engine = _engine(_on_device(cpu_model, config, gpu_config), config, gpu_config)
+    cpu_engine = build_engine(cpu_model, config, cpu_config)
+    gpu_engine = build_engine(on_device(cpu_model, config, gpu_config), config, gpu_config)
     try:
         generator = torch.Generator().manual_seed(11)
         shared = torch.randint(0, config.vocab_size, (40,), generator=generator).tolist()
         prompts = [shared + torch.randint(0, config.vocab_size, (n,), generator=generator).tolist()
                    for n in (1, 7, 16, 33, 90, 150, 5, 61, 17, 2, 120, 3)]  # ragged, shared prefix, > one chunk
-        done = generate(gpu_engine, _requests(prompts, 20))
-        rescored = _rescore_on_cpu(cpu_engine, prompts, done)
-        worst = max(abs(g - c) for r, cpu in zip(done, rescored) for g, c in zip(r.logprobs, cpu))
+        done = generate(gpu_engine, greedy_requests(prompts, 20))
+        worst = worst_logprob_gap(done, rescore_on_cpu(cpu_engine, prompts, done))
         assert worst < tolerance, worst
         # The GPU's prompt logprobs (prefill kernel, chunked, over a cached prefix) match the CPU's too.
-        gpu_scored = generate(gpu_engine, _requests(prompts, 1, True))
-        cpu_scored = generate(cpu_engine, _requests(prompts, 1, True))
+        gpu_scored = generate(gpu_engine, greedy_requests(prompts, 1, True))
+        cpu_scored = generate(cpu_engine, greedy_requests(prompts, 1, True))
         worst_prompt = max(abs(g - c) for gs, cs in zip(gpu_scored, cpu_scored)
                            for g, c in zip(gs.prompt_logprobs[1:], cs.prompt_logprobs[1:]))
         assert worst_prompt < tolerance, worst_prompt
@@ -129,7 +95,7 @@ def test_real_smollm2_greedy_text_equals_the_cpu_path(smollm2_dir) -> None:
         engine = assemble_engine(runner, config, tokenizer, engine_config, 1024)
         engine.start()
         try:
-            outputs[name] = [r.token_ids for r in generate(engine, _requests(prompts, 32))]
+            outputs[name] = [r.token_ids for r in generate(engine, greedy_requests(prompts, 32))]
         finally:
             engine.shutdown()
     assert "Paris" in tokenizer.decode(outputs["cuda-bf16"][0])
@@ -153,7 +119,7 @@ def test_overlapped_steps_stream_what_the_synchronous_loop_streams(graph_batch: 
     engine_config = EngineConfig(device="cuda", dtype="float32", cuda_graph_max_batch=graph_batch, max_model_len=512,
                                  max_running_requests=16, max_step_tokens=96, max_prefill_chunk_tokens=64,
                                  enable_prefix_cache=True, kv_cache_memory_mib=512)
-    model = _on_device(random_causal_lm(config, torch.float32, "cpu", seed=3), config, engine_config)
+    model = on_device(random_causal_lm(config, torch.float32, "cpu", seed=3), config, engine_config)
     generator = torch.Generator().manual_seed(12)
     shared = torch.randint(0, config.vocab_size, (40,), generator=generator).tolist()
     prompts = [tuple(shared + torch.randint(0, config.vocab_size, (n,), generator=generator).tolist())
@@ -168,7 +134,7 @@ def test_overlapped_steps_stream_what_the_synchronous_loop_streams(graph_batch: 
         ]
 
     def run(overlap_steps: bool, stop_token_ids: dict[int, int], cancel_after: dict[str, int]) -> Outputs:
-        engine = _engine(model, config, replace(engine_config, overlap_steps=overlap_steps), start=False)
+        engine = build_engine(model, config, replace(engine_config, overlap_steps=overlap_steps), start=False)
         return run_requests(engine, requests(stop_token_ids), cancel_after)
 
     plain = run(False, {}, {})
