@@ -243,12 +243,7 @@ class Engine:
                 f"the model's engine stopped after an internal error ({error!r}); reload the model"
             )
         ended = ArbiError(f"the engine failed while serving this request: {error!r}")
-        for sequence in list(self._sequences.values()):
-            try:
-                self._finish(sequence, RequestOutput(sequence.request_id, error=ended))
-            except Exception:  # the engine's state may be what broke: the stream still ends
-                log.exception("could not release request %s", sequence.request_id)
-                sequence.sink(RequestOutput(sequence.request_id, error=ended))
+        self._abort_all(ended)
         while True:
             try:
                 task = self._tasks.get_nowait()
@@ -339,7 +334,12 @@ class Engine:
     def _abort_all(self, error: ArbiError) -> None:
         self.pipeline.drop_step_in_flight()
         for sequence in list(self._sequences.values()):
-            self._finish(sequence, RequestOutput(sequence.request_id, error=error))
+            output = RequestOutput(sequence.request_id, error=error)
+            try:
+                self._finish(sequence, output)
+            except Exception:  # after a failed loop the engine's state may be what broke: the stream still ends
+                log.exception("could not release request %s", sequence.request_id)
+                sequence.sink(output)
 
     def _sync_waiting_count(self) -> None:
         with self._lock:
