@@ -1,6 +1,7 @@
 """GPU benchmark of the TKV kernels against the bf16 ones: decode attention K4V4 vs bf16 at 8k and 32k context
 (batch 1, 8, 32; Llama-3-8B attention: 32 q heads, 8 kv heads, D 128, page 16), plus the whole TKV attention of a
-decode step (query transform + kernel + output transform), other bit widths, KV write and prefill.
+decode step (query transform + kernel + output transform), other bit widths, KV write (decode- and prefill-sized,
+with the write's launch shapes) and prefill.
 
 Each row is checked against its torch reference first, then timed as GPU time: GRAPH_LAUNCHES calls, each after
 an L2 flush, captured in one CUDA graph and replayed, minus a graph of the flushes alone (so launch overhead,
@@ -56,6 +57,7 @@ from arbi_kernels.tkv_testing import (
     random_model_space_kv,
     random_tkv_layer,
 )
+from arbi_kernels.tkv_write import DEFAULT_WRITE_TILES, WriteTiles
 from bench_kernels import (
     COPY_BANDWIDTH_BYTES_PER_S,
     BenchCase,
@@ -77,6 +79,9 @@ GRAPH_REPLAYS = 7
 L2_FLUSH_BYTES = 128 * 2**20  # over twice the H200's 50 MiB L2
 DEFAULT_DECODE_TILES = DEFAULT_TKV_DECODE_TILES
 PLAIN_DECODE_TILES = TkvDecodeTiles()  # no PTX unpack, no transposed dots, unmasked word loads
+# The default write launch, the former one (16 tokens over 8 warps) and one between; decode- and prefill-sized.
+WRITE_TILE_VARIANTS = (DEFAULT_WRITE_TILES, WriteTiles(16, 8), WriteTiles(4, 1))
+WRITE_TOKEN_COUNTS = (4, 32768)
 
 
 def graph_gpu_ms(run: Callable[[], object], flush: torch.Tensor) -> float:
@@ -217,7 +222,7 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
 
 
 def write_cases(num_tokens: int, shape: TkvShape, generator: torch.Generator) -> list[BenchCase]:
-    num_blocks = 2 * num_tokens // shape.page_size
+    num_blocks = -(-2 * num_tokens // shape.page_size)  # half the slots used, at least one block
     layer = random_tkv_layer(shape, num_blocks, "cuda", generator)
     caches = [torch.zeros((num_blocks, shape.page_size, shape.num_kv_heads, shape.head_dim), dtype=torch.bfloat16,
                           device="cuda") for _ in range(2)]
@@ -234,19 +239,22 @@ def write_cases(num_tokens: int, shape: TkvShape, generator: torch.Generator) ->
         reference.write_kv_cache_reference(key, value, *expected, slots)
         assert all(torch.equal(actual, wanted) for actual, wanted in zip(caches, expected))
 
-    def check_tkv() -> None:
-        expected = copy_pools(layer)
-        write_tkv_cache(key, value, positions, slots, layer)
-        write_tkv_cache_reference(key, value, positions, slots, expected)
-        assert_same_encoding(layer, expected)
+    def tkv_case(tiles: WriteTiles) -> BenchCase:
+        def check_tkv() -> None:
+            expected = copy_pools(layer)
+            write_tkv_cache(key, value, positions, slots, layer, tiles)
+            write_tkv_cache_reference(key, value, positions, slots, expected)
+            assert_same_encoding(layer, expected)
 
-    return [
-        BenchCase(kernel="write bf16", shape=label, run=lambda: write_kv_cache(key, value, *caches, slots),
-                  check=check_bf16, bytes_moved=2 * model_bytes),
-        BenchCase(kernel=f"write tkv K{shape.key_bits}V{shape.value_bits}", shape=label,
-                  run=lambda: write_tkv_cache(key, value, positions, slots, layer), check=check_tkv,
-                  bytes_moved=model_bytes + num_tokens * shape.num_kv_heads * tkv_token_bytes(shape)),
-    ]
+        return BenchCase(
+            kernel=f"write tkv K{shape.key_bits}V{shape.value_bits} {tiles.block_t} tok/{tiles.num_warps} warps",
+            shape=label, run=lambda: write_tkv_cache(key, value, positions, slots, layer, tiles), check=check_tkv,
+            bytes_moved=model_bytes + num_tokens * shape.num_kv_heads * tkv_token_bytes(shape),
+        )
+
+    bf16 = BenchCase(kernel="write bf16", shape=label, run=lambda: write_kv_cache(key, value, *caches, slots),
+                     check=check_bf16, bytes_moved=2 * model_bytes)
+    return [bf16, *(tkv_case(tiles) for tiles in WRITE_TILE_VARIANTS)]
 
 
 def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Generator,
@@ -340,7 +348,8 @@ def other_cases(generator: torch.Generator) -> list[BenchCase]:
         shape = llama_tkv(key_bits, value_bits)
         cases.append(tkv_decode_case(build(shape, [1] * 8, [32768] * 8, generator), shape))
     cases += transform_cases(32, generator) + transform_cases(8192, generator)
-    cases += write_cases(32768, llama_tkv(), generator)
+    for num_tokens in WRITE_TOKEN_COUNTS:
+        cases += write_cases(num_tokens, llama_tkv(), generator)
     cases += prefill_cases(llama_tkv(), [2048] * 4, generator)
     return cases
 
