@@ -32,12 +32,8 @@ from arbi_kernels.tkv_testing import (
     random_tkv_batch,
     random_tkv_layer,
 )
-from bench_tkv import (
-    DECODE_ONLY_VARIANTS,
-    DEFAULT_DECODE_TILES,
-    PLAIN_DECODE_TILES,
-    SWEEP_DECODE_TILES,
-)
+from bench_tkv import DECODE_ONLY_VARIANTS, SWEEP_DECODE_TILES
+from bench_tkv_cases import DEFAULT_DECODE_TILES, PLAIN_DECODE_TILES
 
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
