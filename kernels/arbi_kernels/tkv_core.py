@@ -245,34 +245,21 @@ def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.
     return words, scale, zero
 
 
-NIBBLE_PAIRS_PTX = tl.constexpr("""{
-    .reg .b32 mask, bias, half, low, high;
-    mov.b32 mask, 0x000F000F;
-    mov.b32 bias, 0x64006400;
-    mov.b64 {low, high}, $8;
-    lop3.b32 half, low, mask, bias, 0xEA;
-    sub.rn.f16x2 $0, half, bias;
-    shr.u32 half, low, 4;
-    lop3.b32 half, half, mask, bias, 0xEA;
-    sub.rn.f16x2 $1, half, bias;
-    shr.u32 half, low, 8;
-    lop3.b32 half, half, mask, bias, 0xEA;
-    sub.rn.f16x2 $2, half, bias;
-    shr.u32 half, low, 12;
-    lop3.b32 half, half, mask, bias, 0xEA;
-    sub.rn.f16x2 $3, half, bias;
-    lop3.b32 half, high, mask, bias, 0xEA;
-    sub.rn.f16x2 $4, half, bias;
-    shr.u32 half, high, 4;
-    lop3.b32 half, half, mask, bias, 0xEA;
-    sub.rn.f16x2 $5, half, bias;
-    shr.u32 half, high, 8;
-    lop3.b32 half, half, mask, bias, 0xEA;
-    sub.rn.f16x2 $6, half, bias;
-    shr.u32 half, high, 12;
-    lop3.b32 half, half, mask, bias, 0xEA;
-    sub.rn.f16x2 $7, half, bias;
-}""")
+def _nibble_pairs_ptx() -> str:
+    """The inline PTX of NIBBLE_PAIRS_PTX: per output register r, shift the word by 4 * (r % 4), mask two codes
+    and give them an exponent in one lop3, then remove the exponent's 1024 in one packed subtraction."""
+    lines = ["{", "    .reg .b32 mask, bias, half, low, high;", "    mov.b32 mask, 0x000F000F;",
+             "    mov.b32 bias, 0x64006400;", "    mov.b64 {low, high}, $8;"]
+    for register in range(8):
+        word, shift = ("low", "high")[register // 4], 4 * (register % 4)
+        if shift:
+            lines.append(f"    shr.u32 half, {word}, {shift};")
+        lines.append(f"    lop3.b32 half, {'half' if shift else word}, mask, bias, 0xEA;")
+        lines.append(f"    sub.rn.f16x2 ${register}, half, bias;")
+    return "\n".join([*lines, "}"])
+
+
+NIBBLE_PAIRS_PTX = tl.constexpr(_nibble_pairs_ptx())
 """Two 4-bit words (int64 $8; $9..$23 are copies) to their 16 codes as float16, two per output register: register
 r < 4 holds codes r and r + 4 of the low word, 16 bits apart, so one lop3 ((w >> 4r) & 0x000F000F) | 0x64006400
 masks both and gives them the exponent of 1024, one packed subtraction removes the 1024; registers 4..7 the same
