@@ -10,10 +10,13 @@ from arbi_grpc.engine.sequence import Sequence
 
 
 class KVCacheManager:
-    """Owns the block pool and, when enabled, the prefix cache over it."""
+    """Owns the block pool and, when enabled, the prefix cache over it. `num_sink_blocks` is the storage's count of
+    blocks with a sink row (a TKV cache's), None when every block may start a sequence."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_cache: bool) -> None:
-        self.blocks = BlockManager(num_blocks, block_size)
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_cache: bool, num_sink_blocks: int | None = None
+    ) -> None:
+        self.blocks = BlockManager(num_blocks, block_size, num_sink_blocks)
         self.block_size = block_size
         self.prefix_cache = PrefixCache(self.blocks.pool, block_size) if enable_prefix_cache else None
 
@@ -42,8 +45,17 @@ class KVCacheManager:
         sequence.block_table, sequence.block_hashes = self.prefix_cache.match(
             namespace, sequence.token_ids, max_blocks
         )
+        if sequence.block_table and not self.blocks.pool.has_sink_row(sequence.block_table[0]):
+            raise RuntimeError(
+                f"the prefix cache served block {sequence.block_table[0]} as a sequence's first block, but only blocks "
+                f"below {self.blocks.pool.num_sink_blocks} have a sink row; a cached chain's head must be a first block"
+            )
         sequence.num_computed_tokens = len(sequence.block_table) * self.block_size
         return sequence.num_computed_tokens
+
+    def can_start(self, sequence: Sequence) -> bool:
+        """Whether the sequence holds blocks already or its first block (a sink-capable one) can be had now."""
+        return bool(sequence.block_table) or self.blocks.pool.can_start_sequence()
 
     def grow(self, sequence: Sequence, num_tokens: int) -> bool:
         """Makes the block table hold `num_tokens` tokens; False (no change) when blocks run out."""

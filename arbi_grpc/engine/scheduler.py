@@ -8,7 +8,8 @@ Each step:
 2. Waiting sequences are admitted, interactive first, while budget, batch slots and blocks last. A new
    sequence first reuses its longest cached prefix; it is admitted only if the blocks for its whole known
    length fit (plus a small reserve for running decodes when others run), so a long prompt is not admitted
-   just to be preempted. An interactive sequence that does not fit may preempt running batch sequences.
+   just to be preempted, and only if its first block can be had (a TKV cache gives only some blocks a sink
+   row). An interactive sequence that does not fit may preempt running batch sequences.
 3. While another prefill runs or waits, a prefill chunk is capped at `max_prefill_chunk_tokens`, so a
    long prompt cannot starve short ones.
 Lengths count tokens still in flight on the device (`Sequence.num_tokens`): with overlapped steps the next
@@ -124,19 +125,23 @@ class Scheduler:
         reused = self.kv.reuse_prefix(sequence)
         if not sequence.admitted:
             sequence.num_cached_prompt_tokens = min(reused, sequence.num_prompt_tokens)
-        needed = self.kv.blocks_for(sequence.num_tokens) - len(sequence.block_table)
-        reserve = len(self.running) and max(1, self.kv.num_total_blocks // 64)
-        while needed + reserve > self.kv.num_free_blocks:
+        while not self._fits(sequence):
             victim = self._newest_batch_sequence() if sequence.priority is Priority.INTERACTIVE else None
             if victim is None:
                 self.kv.free(sequence)  # give back the reused prefix; it stays cached
                 return False
             self._preempt(victim, step)
-            reserve = len(self.running) and max(1, self.kv.num_total_blocks // 64)
         sequence.status = SequenceStatus.RUNNING
         sequence.admitted = True
         self.running.append(sequence)
         return True
+
+    def _fits(self, sequence: Sequence) -> bool:
+        """Whether a waiting sequence's blocks for its whole known length are free (plus a reserve for running
+        decodes when others run) and, when it holds none after prefix reuse, its first block can be had."""
+        needed = self.kv.blocks_for(sequence.num_tokens) - len(sequence.block_table)
+        reserve = len(self.running) and max(1, self.kv.num_total_blocks // 64)
+        return needed + reserve <= self.kv.num_free_blocks and self.kv.can_start(sequence)
 
     def _newest_batch_sequence(self) -> Sequence | None:
         batch = [s for s in self.running if s.priority is Priority.BATCH]
