@@ -51,7 +51,7 @@ class ServedModel:
     config: EngineConfig
     parameter_count: int
     weight_bytes: int
-    kv_block_bytes: int  # one block across all layers, keys and values
+    kv_block_bytes: int  # one block across all layers, keys and values (a TKV pool's sink rows are apart)
     memory_budget: MemoryBudget  # measured at boot
     metrics: ModelMetrics
 
@@ -138,7 +138,8 @@ def assemble_engine(
     eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
     return Engine(
         scheduler=Scheduler(
-            KVCacheManager(runner.kv_cache.num_blocks, config.block_size, config.enable_prefix_cache),
+            KVCacheManager(runner.kv_cache.num_blocks, config.block_size, config.enable_prefix_cache,
+                           _num_sink_blocks(runner.kv_cache)),
             SchedulerLimits(
                 max_running=config.max_running_requests,
                 max_step_tokens=config.max_step_tokens,
@@ -152,3 +153,8 @@ def assemble_engine(
         observer=observer,
         overlap_steps=config.overlap_steps,
     )
+
+
+def _num_sink_blocks(kv_cache: PagedKVCache | TkvPagedKVCache) -> int | None:
+    """The blocks that may start a sequence: a TKV cache's blocks with a sink row; None (all) for plain storage."""
+    return kv_cache.num_sink_blocks if isinstance(kv_cache, TkvPagedKVCache) else None

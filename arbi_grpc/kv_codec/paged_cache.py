@@ -1,9 +1,9 @@
 """The paged TKV KV cache: per layer, packed key/value codes with their fp16 group scales and zeros, an fp16
 sink pool for each sequence's first tokens, and the layer's calibrated transform, all on the device.
 
-Block ids, slots (block_id * block_size + offset) and block tables are those of the bf16 `PagedKVCache`; the
-engine's block manager does not know which storage it drives. Layout and semantics: docs/tkv.md, "Engine
-integration".
+Block ids, slots (block_id * block_size + offset) and block tables are those of the bf16 `PagedKVCache`. Only
+the first `num_sink_blocks` blocks have a sink row; the engine's block pool gives every sequence a first block
+among them. Layout and semantics: docs/tkv.md, "Engine integration".
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
 from arbi_grpc.kv_codec.packing import packed_width
-from arbi_grpc.kv_codec.spec import GROUP_METADATA_BYTES, SINK_ELEMENT_BYTES
+from arbi_grpc.kv_codec.spec import GROUP_METADATA_BYTES, sink_bytes_per_sequence
 
 _CODE_BYTES = 1  # uint8
 
@@ -27,9 +27,9 @@ class TkvLayerStorage:
     """One layer's slice of the cache (views of the pool, not copies).
 
     key_codes uint8 [num_blocks, block_size, Hkv, D*key_bits/8]; key_scale / key_zero fp16 [num_blocks,
-    block_size, Hkv, D/G]; value_* the same with value_bits. key_sink / value_sink fp16 [num_blocks,
+    block_size, Hkv, D/G]; value_* the same with value_bits. key_sink / value_sink fp16 [num_sink_blocks,
     sink_tokens, Hkv, D]: position p < sink_tokens of a sequence, stored at [its first block, p] in the code
-    space (H x - m) * s. key_channel_scale / key_shift / value_channel_scale / value_shift: fp32 [Hkv, D].
+    space (H x - m) * s (a first block's id is below num_sink_blocks). key_channel_scale / key_shift / value_channel_scale / value_shift: fp32 [Hkv, D].
     """
 
     key_codes: Tensor
@@ -61,29 +61,32 @@ class TkvLayerStorage:
 
 
 def _layer_block_bytes(
-    key_bits: int, value_bits: int, group_size: int, sink_tokens: int, block_size: int, num_kv_heads: int,
-    head_dim: int,
+    key_bits: int, value_bits: int, group_size: int, block_size: int, num_kv_heads: int, head_dim: int
 ) -> int:
-    """Bytes one block of one layer takes: codes, group scales and zeros of K and V, and the sink slots."""
+    """Bytes one block of one layer takes: codes, group scales and zeros of K and V (sink rows are apart)."""
     codes = (packed_width(head_dim, key_bits) + packed_width(head_dim, value_bits)) * _CODE_BYTES
     metadata = 2 * (head_dim // group_size) * GROUP_METADATA_BYTES
-    sink = sink_tokens * 2 * head_dim * SINK_ELEMENT_BYTES
-    return num_kv_heads * (block_size * (codes + metadata) + sink)
+    return num_kv_heads * block_size * (codes + metadata)
 
 
 class TkvPagedKVCache:
-    """The TKV storage of every layer for `num_blocks` blocks of `block_size` tokens, zeroed at creation.
+    """The TKV storage of every layer for `num_blocks` blocks of `block_size` tokens, zeroed at creation, with sink
+    rows for the first `num_sink_blocks` blocks (all of them when None).
 
     Built from a TkvCalibration (its per-layer bits are the ones stored; `engine_calibration` applies
     --kv-bits before). `codec(i)` is layer i's TkvLayerCodec over the same device transform tensors.
     """
 
     def __init__(
-        self, calibration: TkvCalibration, *, num_blocks: int, block_size: int, device: torch.device | str
+        self, calibration: TkvCalibration, *, num_blocks: int, block_size: int, device: torch.device | str,
+        num_sink_blocks: int | None = None,
     ) -> None:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if value <= 0:
                 raise InvalidArgumentError(name, f"must be > 0, got {value}")
+        num_sink_blocks = num_blocks if num_sink_blocks is None else num_sink_blocks
+        if not 0 < num_sink_blocks <= num_blocks:
+            raise InvalidArgumentError("num_sink_blocks", f"must be in [1, num_blocks={num_blocks}], got {num_sink_blocks}")
         if calibration.sink_tokens > block_size:
             raise InvalidArgumentError(
                 "kv_sink_tokens",
@@ -92,6 +95,7 @@ class TkvPagedKVCache:
         self.calibration = calibration
         self.num_layers = calibration.num_layers
         self.num_blocks = num_blocks
+        self.num_sink_blocks = num_sink_blocks
         self.block_size = block_size
         self.num_kv_heads = calibration.num_kv_heads
         self.head_dim = calibration.head_dim
@@ -111,7 +115,7 @@ class TkvPagedKVCache:
         group_size, sink_tokens = self.calibration.group_size, self.calibration.sink_tokens
         slots = (self.num_blocks, self.block_size, self.num_kv_heads)
         groups = (*slots, self.head_dim // group_size)
-        sink = (self.num_blocks, sink_tokens, self.num_kv_heads, self.head_dim)
+        sink = (self.num_sink_blocks, sink_tokens, self.num_kv_heads, self.head_dim)
 
         def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -142,18 +146,42 @@ class TkvPagedKVCache:
 
     @staticmethod
     def bytes_per_block_for(calibration: TkvCalibration, block_size: int) -> int:
-        """Bytes one block costs over all layers (codes, group metadata, sink slots) before allocating."""
+        """Bytes one block costs over all layers (codes and group metadata; sink rows are apart) before
+        allocating."""
         return sum(
             _layer_block_bytes(
-                key_bits, value_bits, calibration.group_size, calibration.sink_tokens, block_size,
-                calibration.num_kv_heads, calibration.head_dim,
+                key_bits, value_bits, calibration.group_size, block_size, calibration.num_kv_heads,
+                calibration.head_dim,
             )
             for key_bits, value_bits in calibration.layer_bits
         )
 
+    @staticmethod
+    def sink_row_bytes_for(calibration: TkvCalibration) -> int:
+        """Bytes one sink row costs over all layers: `sink_tokens` fp16 keys and values of every KV head."""
+        return sum(
+            sink_bytes_per_sequence(calibration.head_dim, calibration.num_kv_heads, calibration.layer_spec(i))
+            for i in range(calibration.num_layers)
+        )
+
+    @classmethod
+    def num_bytes_for(cls, calibration: TkvCalibration, block_size: int, num_blocks: int, num_sink_blocks: int) -> int:
+        """Bytes of a whole pool of `num_blocks` blocks, `num_sink_blocks` of them with a sink row."""
+        return (num_blocks * cls.bytes_per_block_for(calibration, block_size)
+                + num_sink_blocks * cls.sink_row_bytes_for(calibration))
+
     @property
     def bytes_per_block(self) -> int:
         return self.bytes_per_block_for(self.calibration, self.block_size)
+
+    @property
+    def sink_row_bytes(self) -> int:
+        return self.sink_row_bytes_for(self.calibration)
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes of every block and sink row (the channel transforms are apart: `transform_bytes`)."""
+        return self.num_bytes_for(self.calibration, self.block_size, self.num_blocks, self.num_sink_blocks)
 
     @property
     def transform_bytes(self) -> int:
@@ -182,7 +210,7 @@ class TkvPagedKVCache:
 
     @property
     def key_caches(self) -> list[Tensor]:
-        """Every per-block tensor holding keys (codes, group scales and zeros, sink), for memory accounting."""
+        """Every pool tensor holding keys (codes, group scales and zeros, sink rows), for memory accounting."""
         return [t for layer in self._layers for t in (layer.key_codes, layer.key_scale, layer.key_zero, layer.key_sink)]
 
     @property

@@ -101,13 +101,9 @@ def _cuda_allocator_peak(model: CausalLM, kv_cache: PagedKVCache, step: ProfileS
 def _run_step(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> None:
     device = kv_cache.device
     block_size = kv_cache.block_size
-    # Consecutive block ids, wrapping around the pool: the profile needs valid slots, not private ones.
-    tables: list[list[int]] = []
-    first_block = 0
-    for length in step.prompt_lengths:
-        num_blocks = -(-length // block_size)
-        tables.append([(first_block + i) % kv_cache.num_blocks for i in range(num_blocks)])
-        first_block += num_blocks
+    # Consecutive block ids from block 0 for every sequence, wrapping around the pool: the profile needs valid
+    # slots, not private ones, and a first block that has a sink row (a TKV pool gives only its first blocks one).
+    tables = [[i % kv_cache.num_blocks for i in range(-(-length // block_size))] for length in step.prompt_lengths]
     metadata = AttentionMetadata.build(
         query_lens=step.prompt_lengths, seq_lens=step.prompt_lengths, block_tables=tables,
         block_size=block_size, device=device,

@@ -1,5 +1,5 @@
-"""Sizes the paged KV cache pool from the config: bytes per block, block count, and the context limit the
-pool can honour. `plan` and the boot share this, so both size the pool identically.
+"""Sizes the paged KV cache pool from the config: bytes per block, block count, the TKV sink rows, and the
+context limit the pool can honour. `plan` and the boot share this, so both size the pool identically.
 """
 
 from __future__ import annotations
@@ -17,19 +17,32 @@ if TYPE_CHECKING:
 # Bytes per element of each EngineConfig.dtype and plain (non-TKV) kv_cache_dtype.
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 
+# A TKV pool gives one block in 8 a sink row: at block 16, one fp16 sink row per 128 tokens of capacity.
+BLOCKS_PER_SINK_ROW = 8
+
+
+def num_sink_blocks(num_blocks: int, max_running_requests: int) -> int:
+    """How many of a TKV pool's `num_blocks` blocks (the first ones) get a sink row, i.e. may start a sequence:
+    one in BLOCKS_PER_SINK_ROW, and at least one more than a full running batch so that it stays startable."""
+    return min(num_blocks, max(-(-num_blocks // BLOCKS_PER_SINK_ROW), max_running_requests + 1))
+
 
 @dataclass(frozen=True)
 class KVPoolPlan:
-    """`num_blocks` blocks of `block_size` tokens, each `bytes_per_block` over all layers, K and V."""
+    """`num_blocks` blocks of `block_size` tokens, each `bytes_per_block` over all layers, K and V; a TKV pool
+    also has `num_sink_blocks` sink rows of `sink_row_bytes` (None and 0 for plain storage)."""
 
     num_blocks: int
     block_size: int
     bytes_per_block: int
     max_model_len: int
+    num_sink_blocks: int | None = None
+    sink_row_bytes: int = 0
 
     @property
     def num_bytes(self) -> int:
-        return self.num_blocks * self.bytes_per_block
+        """Bytes of the whole pool: its blocks and sink rows."""
+        return self.num_blocks * self.bytes_per_block + (self.num_sink_blocks or 0) * self.sink_row_bytes
 
     @property
     def capacity_tokens(self) -> int:
@@ -37,21 +50,65 @@ class KVPoolPlan:
 
     @property
     def detail(self) -> str:
+        sinks = (f" + {self.num_sink_blocks} sink rows x {self.sink_row_bytes / 1024:.0f} KiB"
+                 if self.num_sink_blocks is not None else "")
         return (f"{self.num_blocks} blocks x {self.block_size} tokens x {self.bytes_per_block / 1024:.0f} KiB "
-                f"per block; context {self.max_model_len} tokens")
+                f"per block{sinks}; context {self.max_model_len} tokens")
 
 
 def kv_block_bytes(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None) -> int:
     """Bytes one block costs over all layers, K and V, in the storage `config.kv_cache_dtype` names; a TKV
-    pool's cost follows the calibration's per-layer bits (codes, group scales and zeros, sink slots)."""
+    pool's cost follows the calibration's per-layer bits (codes, group scales and zeros; sink rows are apart)."""
     if config.kv_cache_dtype == "tkv":
-        if tkv_calibration is None:
-            raise InvalidArgumentError("kv_calibration", "sizing a TKV pool needs the calibration bundle (its bits)")
         from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache  # lazily: the codec imports torch
 
-        return TkvPagedKVCache.bytes_per_block_for(tkv_calibration, config.block_size)
+        return TkvPagedKVCache.bytes_per_block_for(_require_calibration(tkv_calibration), config.block_size)
     element_bytes = ELEMENT_BYTES[config.kv_cache_dtype]
     return 2 * model.num_layers * config.block_size * model.num_kv_heads * model.head_dim * element_bytes
+
+
+def _require_calibration(tkv_calibration: TkvCalibration | None) -> TkvCalibration:
+    if tkv_calibration is None:
+        raise InvalidArgumentError("kv_calibration", "sizing a TKV pool needs the calibration bundle (its bits)")
+    return tkv_calibration
+
+
+@dataclass(frozen=True)
+class _PoolSizing:
+    """What a pool of N blocks costs: N blocks, plus for TKV (`max_running_requests` set) its sink rows."""
+
+    bytes_per_block: int
+    sink_row_bytes: int
+    max_running_requests: int | None
+
+    @classmethod
+    def for_config(cls, config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None) -> _PoolSizing:
+        bytes_per_block = kv_block_bytes(config, model, tkv_calibration)
+        if config.kv_cache_dtype != "tkv":
+            return cls(bytes_per_block, 0, None)
+        from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache  # lazily: the codec imports torch
+
+        sink_row_bytes = TkvPagedKVCache.sink_row_bytes_for(_require_calibration(tkv_calibration))
+        return cls(bytes_per_block, sink_row_bytes, config.max_running_requests)
+
+    def num_sink_blocks(self, num_blocks: int) -> int | None:
+        if self.max_running_requests is None:
+            return None
+        return num_sink_blocks(num_blocks, self.max_running_requests)
+
+    def num_bytes(self, num_blocks: int) -> int:
+        return num_blocks * self.bytes_per_block + (self.num_sink_blocks(num_blocks) or 0) * self.sink_row_bytes
+
+    def largest_pool(self, budget_bytes: int) -> int:
+        """The most blocks whose pool fits `budget_bytes` (the cost only grows with the block count)."""
+        low, high = 0, budget_bytes // self.bytes_per_block  # num_bytes(low) fits; nothing above high does
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self.num_bytes(middle) <= budget_bytes:
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
 
 def _storage_detail(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None) -> str:
@@ -68,12 +125,12 @@ def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvC
     Raises InvalidArgumentError when max_model_len exceeds the model's context, ResourceExhaustedError
     (naming the KV cache and its numbers) when the pool holds no block or not one max-length sequence.
     """
-    bytes_per_block = kv_block_bytes(config, model, tkv_calibration)
-    num_blocks = config.kv_cache_memory_bytes // bytes_per_block
+    sizing = _PoolSizing.for_config(config, model, tkv_calibration)
+    num_blocks = sizing.largest_pool(config.kv_cache_memory_bytes)
     if num_blocks < 1:
         raise ResourceExhaustedError(
             f"memory budget: the KV cache does not fit: kv_cache_memory_mib={config.kv_cache_memory_mib} holds no "
-            f"block; one block of {config.block_size} tokens costs {bytes_per_block / MIB:.2f} MiB "
+            f"block; one block of {config.block_size} tokens costs {sizing.num_bytes(1) / MIB:.2f} MiB "
             f"({_storage_detail(config, model, tkv_calibration)})"
         )
     model_context = model.max_position_embeddings
@@ -84,7 +141,7 @@ def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvC
     capacity = num_blocks * config.block_size
     if config.max_model_len > capacity:
         needed_blocks = -(-config.max_model_len // config.block_size)
-        needed_mib = needed_blocks * bytes_per_block / MIB
+        needed_mib = sizing.num_bytes(needed_blocks) / MIB
         raise ResourceExhaustedError(
             f"memory budget: the KV cache does not fit one sequence of max_model_len={config.max_model_len} "
             f"tokens: it needs {needed_blocks} blocks ({needed_mib:.1f} MiB) but kv_cache_memory_mib="
@@ -92,4 +149,5 @@ def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvC
             f"--kv-cache-memory-mib to at least {int(-(-needed_mib // 1))} or lower --max-model-len"
         )
     max_model_len = config.max_model_len or min(model_context, capacity)
-    return KVPoolPlan(num_blocks, config.block_size, bytes_per_block, max_model_len)
+    return KVPoolPlan(num_blocks, config.block_size, sizing.bytes_per_block, max_model_len,
+                      sizing.num_sink_blocks(num_blocks), sizing.sink_row_bytes)

@@ -13,6 +13,7 @@ from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.engine_calibration import check_model_shape
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.memory.kv_pool import num_sink_blocks
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
@@ -62,13 +63,15 @@ def build_kv_cache(
     config: EngineConfig, model_config: ModelConfig, num_blocks: int, tkv_calibration: TkvCalibration | None = None
 ) -> PagedKVCache | TkvPagedKVCache:
     """The zeroed paged KV cache of `num_blocks` blocks in the storage `config.kv_cache_dtype` names; a TKV cache
-    is built from `tkv_calibration` (engine_calibration.load_engine_calibration), checked against the model."""
+    is built from `tkv_calibration` (engine_calibration.load_engine_calibration), checked against the model, with
+    the sink rows the pool planner counts (`kv_pool.num_sink_blocks`)."""
     if config.kv_cache_dtype == "tkv":
         if tkv_calibration is None:
             raise InvalidArgumentError("kv_calibration", "a TKV cache is built from a calibration bundle; none given")
         check_model_shape(tkv_calibration, model_config.num_layers, model_config.num_kv_heads, model_config.head_dim)
         return TkvPagedKVCache(tkv_calibration, num_blocks=num_blocks, block_size=config.block_size,
-                               device=config.device)
+                               device=config.device,
+                               num_sink_blocks=num_sink_blocks(num_blocks, config.max_running_requests))
     return PagedKVCache.for_model(
         model_config,
         num_blocks=num_blocks,

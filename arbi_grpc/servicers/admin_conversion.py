@@ -10,6 +10,7 @@ from arbi_client.arbi.v1 import admin_types_pb2 as admin_pb
 
 from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.memory.measure import tensor_bytes
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
 from arbi_grpc.runtime_settings import RuntimeSettings
 from arbi_grpc.server_config import ServerConfig
@@ -74,11 +75,15 @@ def running_request(snapshot: RequestSnapshot) -> admin_pb.RunningRequest:
 
 
 def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int | float]:
-    """The fields of GetMemoryReportResponse; block bytes come from the storage in force (a KV calibration
-    reload may change them)."""
+    """The fields of GetMemoryReportResponse; bytes come from the storage in force (a KV calibration reload may
+    change them). The pool's bytes are its tensors': blocks and, for TKV, the sink rows of the blocks that may
+    start a sequence, which the per-token figure spreads over the whole capacity."""
+    storage = served.engine.runner.kv_cache
     used = stats.num_total_blocks - stats.num_free_blocks
-    block_bytes = served.engine.runner.kv_cache.bytes_per_block
+    block_bytes = storage.bytes_per_block
     block_tokens = served.config.block_size
+    pool_bytes = tensor_bytes([*storage.key_caches, *storage.value_caches])
+    capacity_tokens = stats.num_total_blocks * block_tokens
     return {
         "kv_block_count": stats.num_total_blocks,
         "kv_used_block_count": used,
@@ -86,11 +91,11 @@ def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, i
         "kv_cached_block_count": stats.num_cached_blocks,
         "kv_block_tokens": block_tokens,
         "kv_block_bytes": block_bytes,
-        "kv_cache_bytes": stats.num_total_blocks * block_bytes,
+        "kv_cache_bytes": pool_bytes,
         "kv_used_bytes": used * block_bytes,
         "weight_bytes": served.weight_bytes,
-        "kv_bytes_per_token_per_layer": block_bytes / (block_tokens * served.model_config.num_layers),
-        "kv_capacity_token_count": stats.num_total_blocks * block_tokens,
+        "kv_bytes_per_token_per_layer": pool_bytes / (capacity_tokens * served.model_config.num_layers),
+        "kv_capacity_token_count": capacity_tokens,
     }
 
 

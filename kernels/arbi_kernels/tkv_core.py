@@ -31,8 +31,9 @@ class TkvLayerTensors(Protocol):
     """One layer of a paged TKV cache as the kernels see it (arbi_grpc's TkvLayerStorage has these fields).
 
     *_codes uint8 [num_blocks, block_size, Hkv, D*bits/8]; *_scale / *_zero fp16 [num_blocks, block_size, Hkv,
-    D/G]; *_sink fp16 [num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block holding p, p], in
-    the code space); *_channel_scale / *_shift fp32 [Hkv, D] (the calibrated transform the write applies).
+    D/G]; *_sink fp16 [num_sink_blocks <= num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block
+    holding p, p], in the code space; a sequence's first block id is below num_sink_blocks); *_channel_scale /
+    *_shift fp32 [Hkv, D] (the calibrated transform the write applies).
     """
 
     key_codes: torch.Tensor
@@ -87,8 +88,12 @@ def validate_tkv_layer(layer: TkvLayerTensors) -> tuple[int, int, int, int]:
     _require_pool("value_codes", layer.value_codes, (*slots, head_dim * layer.value_bits // 8), torch.uint8)
     for name in ("key_scale", "key_zero", "value_scale", "value_zero"):
         _require_pool(name, getattr(layer, name), (*slots, head_dim // group), torch.float16)
+    num_sink_blocks = layer.key_sink.shape[0]  # only the blocks that may start a sequence have a sink row
+    if not 0 < num_sink_blocks <= num_blocks:
+        raise ValueError(f"key_sink: must have 1 to num_blocks={num_blocks} rows, got {num_sink_blocks}")
     for name in ("key_sink", "value_sink"):
-        _require_pool(name, getattr(layer, name), (num_blocks, layer.sink_tokens, num_kv_heads, head_dim), torch.float16)
+        _require_pool(name, getattr(layer, name), (num_sink_blocks, layer.sink_tokens, num_kv_heads, head_dim),
+                      torch.float16)
     for name in ("key_channel_scale", "key_shift", "value_channel_scale", "value_shift"):
         _require_pool(name, getattr(layer, name), (num_kv_heads, head_dim), torch.float32)
     require_same_device({name: getattr(layer, name) for name in TkvLayerTensors.__annotations__
@@ -152,7 +157,7 @@ def paged_slots(block_table_row, tokens, token_valid, PAGE_SIZE: tl.constexpr):
 @triton.jit
 def sink_vectors(block_table_row, tokens, token_valid, kv_head, num_kv_heads, SINK_TOKENS: tl.constexpr,
                  PAGE_SIZE: tl.constexpr):
-    """Head-vector index of positions p < SINK_TOKENS in a [num_blocks, SINK_TOKENS, Hkv, D] sink pool."""
+    """Head-vector index of positions p < SINK_TOKENS in a [num_sink_blocks, SINK_TOKENS, Hkv, D] sink pool."""
     block_ids = tl.load(block_table_row + tokens // PAGE_SIZE, mask=token_valid, other=0).to(tl.int64)
     return (block_ids * SINK_TOKENS + tokens) * num_kv_heads + kv_head
 

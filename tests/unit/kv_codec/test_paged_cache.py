@@ -1,4 +1,5 @@
-"""TkvPagedKVCache: per-layer shapes and dtypes from the calibration's bits, zeroed memory, bytes per block."""
+"""TkvPagedKVCache: per-layer shapes and dtypes from the calibration's bits, zeroed memory, sink rows for the first
+blocks only, bytes per block and per pool."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _calibration(layer_bits: tuple[tuple[int, int], ...], group_size: int = 16, 
 
 def test_layers_follow_their_own_bits_and_start_zeroed():
     calibration = _calibration(((8, 8), (4, 3), (2, 5)))
-    cache = TkvPagedKVCache(calibration, num_blocks=6, block_size=4, device="cpu")
+    cache = TkvPagedKVCache(calibration, num_blocks=6, block_size=4, device="cpu", num_sink_blocks=3)
     for index, (key_bits, value_bits) in enumerate(calibration.layer_bits):
         layer = cache.layer(index)
         assert (layer.key_bits, layer.value_bits, layer.group_size, layer.sink_tokens) == (key_bits, value_bits, 16, 2)
@@ -30,7 +31,7 @@ def test_layers_follow_their_own_bits_and_start_zeroed():
         for metadata in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
             assert metadata.shape == (6, 4, 2, 2) and metadata.dtype == torch.float16
         for sink in (layer.key_sink, layer.value_sink):
-            assert sink.shape == (6, 2, 2, 32) and sink.dtype == torch.float16
+            assert sink.shape == (3, 2, 2, 32) and sink.dtype == torch.float16
         assert torch.equal(layer.key_channel_scale, calibration.key_scales[index])
         assert torch.equal(layer.value_shift, calibration.value_shifts[index])
         assert layer.key_channel_scale.dtype == torch.float32 and layer.rotate
@@ -38,12 +39,16 @@ def test_layers_follow_their_own_bits_and_start_zeroed():
     assert all(not tensor.any() for tensor in cache.key_caches + cache.value_caches)
 
 
-def test_bytes_per_block_counts_every_per_block_tensor():
+def test_pool_bytes_count_every_block_and_sink_row_tensor():
     calibration = _calibration(((8, 8), (4, 3), (2, 5)))
-    cache = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu")
+    cache = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu", num_sink_blocks=2)
     total = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
-    assert total == cache.bytes_per_block * cache.num_blocks
+    assert cache.sink_row_bytes == 3 * 2 * 2 * 2 * 32 * 2  # layers x sink tokens x K,V x heads x D x fp16
+    assert total == cache.num_bytes == cache.bytes_per_block * 5 + cache.sink_row_bytes * 2
     assert TkvPagedKVCache.bytes_per_block_for(calibration, 8) == cache.bytes_per_block
+    assert TkvPagedKVCache.num_bytes_for(calibration, 8, 5, 2) == cache.num_bytes
+    every_block = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu")  # None: all have a row
+    assert every_block.num_sink_blocks == 5 and every_block.layer(0).key_sink.shape[0] == 5
     assert cache.transform_bytes == 3 * 4 * 2 * 32 * 4  # layers x (scale, shift of K and V) x [2, 32] fp32
 
 
@@ -67,9 +72,16 @@ def test_sink_larger_than_a_block_is_refused():
         TkvPagedKVCache(_calibration(((4, 4),), sink_tokens=8), num_blocks=2, block_size=4, device="cpu")
 
 
+@pytest.mark.parametrize("num_sink_blocks", [0, 3])
+def test_sink_rows_outside_one_to_the_block_count_are_refused(num_sink_blocks: int):
+    with pytest.raises(InvalidArgumentError, match="num_sink_blocks"):
+        TkvPagedKVCache(_calibration(((4, 4),)), num_blocks=2, block_size=4, device="cpu", num_sink_blocks=num_sink_blocks)
+
+
 def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():
     from arbi_grpc.config import EngineConfig
     from arbi_grpc.memory.kv_pool import plan_kv_pool
+    from arbi_grpc.models.attention_selection import build_kv_cache
     from tests.unit.memory.shapes import model_config
 
     model = model_config()
@@ -78,8 +90,9 @@ def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():
     )
     config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=8)
     pool = plan_kv_pool(config, model, calibration)
-    cache = TkvPagedKVCache(calibration, num_blocks=pool.num_blocks, block_size=8, device="cpu")
+    cache = build_kv_cache(config, model, pool.num_blocks, calibration)
     allocated = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
+    assert (cache.num_sink_blocks, cache.sink_row_bytes) == (pool.num_sink_blocks, pool.sink_row_bytes)
     assert pool.num_bytes == allocated <= 1 << 20 < allocated + cache.bytes_per_block
     with pytest.raises(InvalidArgumentError, match="calibration bundle"):
         plan_kv_pool(config, model)

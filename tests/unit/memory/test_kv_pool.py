@@ -1,4 +1,4 @@
-"""KV pool sizing: exact bytes per block, the context limit, and refusals that name the KV cache."""
+"""KV pool sizing: exact bytes per block, TKV sink rows, the context limit, and refusals that name the KV cache."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ import torch
 
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError, ResourceExhaustedError
-from arbi_grpc.memory.kv_pool import plan_kv_pool
+from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.memory.kv_pool import num_sink_blocks, plan_kv_pool
+from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.reference_shapes import model_config_for_shape
 from tests.unit.memory.shapes import model_config
 
 
@@ -47,3 +51,45 @@ def test_a_pool_without_one_block_and_a_context_beyond_the_model_are_refused() -
         plan_kv_pool(EngineConfig(kv_cache_memory_mib=1, block_size=64), big)
     with pytest.raises(InvalidArgumentError, match="max_model_len"):
         plan_kv_pool(EngineConfig(max_model_len=513), model_config())
+
+
+def _tkv_calibration(model: ModelConfig, key_bits: int, value_bits: int) -> TkvCalibration:
+    spec = TkvSpec(key_bits, value_bits, 32, 1)
+    return TkvCalibration.uniform("tkvfp1:test", spec, model.num_layers, model.num_kv_heads, model.head_dim)
+
+
+@pytest.mark.parametrize("num_blocks,max_running,expected", [(800, 64, 100), (801, 64, 101), (100, 64, 65), (40, 64, 40)])
+def test_sink_rows_are_one_block_in_eight_but_cover_a_full_running_batch(num_blocks, max_running, expected) -> None:
+    assert num_sink_blocks(num_blocks, max_running) == expected
+
+
+@pytest.mark.parametrize("budget_mib,max_running", [(1, 4), (3, 64), (7, 1)])
+def test_a_tkv_pool_is_the_most_blocks_whose_blocks_and_sink_rows_fit_the_budget(budget_mib, max_running) -> None:
+    model = model_config(num_hidden_layers=4, hidden_size=256)  # head_dim 64
+    calibration = _tkv_calibration(model, 4, 3)
+    config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=budget_mib,
+                          block_size=16, max_running_requests=max_running)
+    pool = plan_kv_pool(config, model, calibration)
+    assert pool.num_sink_blocks == num_sink_blocks(pool.num_blocks, max_running)
+    assert pool.num_bytes == TkvPagedKVCache.num_bytes_for(calibration, 16, pool.num_blocks, pool.num_sink_blocks)
+    one_more = pool.num_blocks + 1
+    assert pool.num_bytes <= budget_mib << 20 < TkvPagedKVCache.num_bytes_for(
+        calibration, 16, one_more, num_sink_blocks(one_more, max_running))
+    assert f"{pool.num_sink_blocks} sink rows" in pool.detail
+
+
+def _capacity_vs_bf16(shape: str, key_bits: int, value_bits: int) -> float:
+    model = model_config_for_shape(shape)
+    budget = {"kv_cache_memory_mib": 8192, "block_size": 16}
+    bf16 = plan_kv_pool(EngineConfig(kv_cache_dtype="bfloat16", **budget), model)
+    tkv = plan_kv_pool(EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", **budget), model,
+                       _tkv_calibration(model, key_bits, value_bits))
+    return tkv.capacity_tokens / bf16.capacity_tokens
+
+
+@pytest.mark.parametrize("shape", ["smollm2-135m", "llama3-8b"])  # head_dim 64 and 128
+def test_k4v4_g32_holds_over_3_1_times_the_tokens_of_bf16_at_equal_memory(shape: str) -> None:
+    # Without any sink row K4V4 G32 would hold 3.2x (240 of 768 bytes per token and layer at D=64); sink rows for
+    # one block in eight cost 1/128 of a bf16 token per token at block 16.
+    assert 3.1 <= _capacity_vs_bf16(shape, 4, 4) < 3.2
+    assert _capacity_vs_bf16(shape, 4, 3) > _capacity_vs_bf16(shape, 4, 4)
