@@ -229,6 +229,18 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
     ]
 
 
+def short_context_sweep_cases(generator: torch.Generator) -> list[BenchCase]:
+    """Large-batch decode at a 512-token context (the engine benchmark's shape): tiles x split counts."""
+    shapes = [BatchShape(32, 8, 128, 16, DTYPE), BatchShape(16, 8, 128, 16, DTYPE)]  # Llama-3-8B, Qwen3-0.6B
+    return [
+        decode_case(shape, [512] * 128, generator, tiles=DecodeTiles(block_n, num_warps), num_splits=splits)
+        for shape in shapes
+        for block_n in (16, 32, 64, 128)
+        for num_warps in (2, 4, 8)
+        for splits in (1, 2, 4)
+    ]
+
+
 def measure(case: BenchCase) -> BenchResult:
     """Check, then time; a kernel that fails to compile or run is recorded as incorrect, not fatal."""
     try:
@@ -288,6 +300,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path("bench-results/kernels.json"))
     parser.add_argument("--sweep", action="store_true", help="also time decode split counts, twice each")
+    parser.add_argument("--short-context-sweep", action="store_true",
+                        help="only time decode tiles and split counts at batch 128, 512-token contexts")
     arguments = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_kernels.py needs a CUDA GPU", file=sys.stderr)
@@ -301,7 +315,8 @@ def main() -> int:
         "floor_bandwidth_tb_per_s": COPY_BANDWIDTH_BYTES_PER_S / 1e12,
     }
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
-    results = [measure(case) for case in standard_cases(generator)]
+    cases = short_context_sweep_cases(generator) if arguments.short_context_sweep else standard_cases(generator)
+    results = [measure(case) for case in cases]
     summary["results"] = [asdict(r) for r in results]
     arguments.output.write_text(json.dumps(summary, indent=2))  # kept even if the sweep is cut short
     sweep = [measure(case) for case in sweep_cases(generator)] if arguments.sweep else []

@@ -51,10 +51,8 @@ class DecoderAttention(nn.Module):
         query = qkv[:, :query_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
         key = qkv[:, query_width: query_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)
         value = qkv[:, query_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
-        if self.q_norm is not None and self.k_norm is not None:
-            query = self.q_norm(query)
-            key = self.k_norm(key)
-        query, key = rotary.apply(query, key)
+        head_norms = (self.q_norm, self.k_norm) if self.q_norm is not None and self.k_norm is not None else None
+        query, key = rotary.apply(query, key, head_norms)
         attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
         attended = attended.reshape(num_tokens, self.num_heads * self.head_dim)
         return project(attended, self.o_proj.weight, self.o_proj.bias)

@@ -1,17 +1,22 @@
 """Rotary position embeddings in the half-split layout of HF checkpoints, with optional Llama 3.1 scaling.
 
-On CUDA one Triton kernel rotates a layer's queries and keys in place from a cos/sin table of every position;
-elsewhere torch computes the step's cos/sin rows once and each layer applies them.
+On CUDA one Triton kernel rotates a layer's queries and keys in place from a cos/sin table of every position,
+after Qwen3's per-head q/k norms when the model has them; elsewhere torch computes the step's cos/sin rows once
+and each layer applies them.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
+
+if TYPE_CHECKING:
+    from arbi_grpc.models.layers import RMSNorm
 
 
 class RotaryEmbedding:
@@ -51,13 +56,25 @@ class RotaryAngles:
         self.cos, self.sin = cos, sin  # [T, D] in the states' dtype (torch path)
         self.tables = tables  # float32 cos, sin [max_positions, D / 2] (CUDA kernel path)
 
-    def apply(self, query: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
-        """query [T, H, D], key [T, Hkv, D] -> rotated (in place on CUDA, where they may be views)."""
-        if self.tables is not None:
-            from arbi_kernels import apply_rotary_embedding
+    def apply(self, query: Tensor, key: Tensor, head_norms: tuple[RMSNorm, RMSNorm] | None = None
+              ) -> tuple[Tensor, Tensor]:
+        """query [T, H, D], key [T, Hkv, D] -> rotated (in place on CUDA, where they may be views).
 
-            apply_rotary_embedding(self.positions, query, key, *self.tables)
+        `head_norms` (the layer's q_norm and k_norm, Qwen3) normalize each head first; on CUDA in the same
+        kernel as the rotation."""
+        if self.tables is not None:
+            from arbi_kernels import HeadNorms, apply_rotary_embedding
+
+            norms = None
+            if head_norms is not None:
+                query_norm, key_norm = head_norms
+                if query_norm.eps != key_norm.eps:
+                    raise ValueError(f"q_norm eps {query_norm.eps} differs from k_norm eps {key_norm.eps}")
+                norms = HeadNorms(query_norm.weight, key_norm.weight, query_norm.eps)
+            apply_rotary_embedding(self.positions, query, key, *self.tables, head_norms=norms)
             return query, key
+        if head_norms is not None:
+            query, key = head_norms[0](query), head_norms[1](key)
         return apply_rotary(query, self.cos, self.sin), apply_rotary(key, self.cos, self.sin)
 
 

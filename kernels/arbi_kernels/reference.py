@@ -107,14 +107,21 @@ def rotary_embedding_reference(
     key: torch.Tensor,
     cos_cache: torch.Tensor,
     sin_cache: torch.Tensor,
+    head_norms: tuple[torch.Tensor, torch.Tensor, float] | None = None,
 ) -> None:
-    """In place, neox/HF halves rotation of the first 2 * cos_cache.shape[1] dims of every head."""
+    """In place, neox/HF halves rotation of the first 2 * cos_cache.shape[1] dims of every head; with
+    `head_norms` (query weight, key weight, eps) each head is RMS-normalized over its dims first (float32)."""
     half = cos_cache.shape[1]
     cos = cos_cache[positions.long()].float()[:, None, :]  # [T, 1, half]
     sin = sin_cache[positions.long()].float()[:, None, :]
-    for tensor in (query, key):
-        first = tensor[..., :half].float()
-        second = tensor[..., half : 2 * half].float()
+    weights = (None, None) if head_norms is None else head_norms[:2]
+    for tensor, weight in zip((query, key), weights):
+        values = tensor.float()
+        if weight is not None:
+            inverse_rms = torch.rsqrt(values.pow(2).mean(dim=-1, keepdim=True) + head_norms[2])
+            values = values * inverse_rms * weight.float()
+        first = values[..., :half]
+        second = values[..., half : 2 * half]
         rotated_first = first * cos - second * sin
         rotated_second = second * cos + first * sin
         tensor[..., :half] = rotated_first.to(tensor.dtype)

@@ -1,11 +1,12 @@
-"""KV write, fused add + RMSNorm, rotary and SiLU-and-multiply, compiled, at serving shapes."""
+"""KV write, fused add + RMSNorm, rotary (with and without per-head norms) and SiLU-and-multiply, compiled, at
+serving shapes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from arbi_kernels import apply_rotary_embedding, build_rotary_cache, rms_norm, silu_and_mul, write_kv_cache
+from arbi_kernels import HeadNorms, apply_rotary_embedding, build_rotary_cache, rms_norm, silu_and_mul, write_kv_cache
 from arbi_kernels.reference import (
     rms_norm_reference,
     rotary_embedding_reference,
@@ -50,17 +51,21 @@ def test_fused_add_rms_norm(dtype, hidden_size, generator):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("num_heads", "num_kv_heads", "head_dim"), [(9, 3, 64), (32, 8, 128)])
-def test_rotary(dtype, num_heads, num_kv_heads, head_dim, generator):
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "head_dim", "with_head_norms"),
+                         [(9, 3, 64, False), (32, 8, 128, False), (16, 8, 128, True)])
+def test_rotary(dtype, num_heads, num_kv_heads, head_dim, with_head_norms, generator):
     num_tokens, max_position = 4096, 32768
+    weights = [1.0 + 0.5 * _random((head_dim,), dtype, generator) for _ in range(2)]
+    head_norms = HeadNorms(*weights, 1e-6) if with_head_norms else None
     cos, sin = build_rotary_cache(max_position, head_dim, 100000.0, generator.device)
     positions = torch.randint(0, max_position, (num_tokens,), generator=generator, device=generator.device)
     qkv = _random((num_tokens, (num_heads + 2 * num_kv_heads) * head_dim), dtype, generator)
     query = qkv[:, : num_heads * head_dim].view(num_tokens, num_heads, head_dim)
     key = qkv[:, num_heads * head_dim : (num_heads + num_kv_heads) * head_dim].view(num_tokens, num_kv_heads, head_dim)
     expected_query, expected_key = query.clone(), key.clone()
-    apply_rotary_embedding(positions, query, key, cos, sin)
-    rotary_embedding_reference(positions, expected_query, expected_key, cos, sin)
+    apply_rotary_embedding(positions, query, key, cos, sin, head_norms=head_norms)
+    rotary_embedding_reference(positions, expected_query, expected_key, cos, sin,
+                               head_norms=None if head_norms is None else tuple(head_norms))
     torch.testing.assert_close(query, expected_query, **tolerance(dtype))
     torch.testing.assert_close(key, expected_key, **tolerance(dtype))
 

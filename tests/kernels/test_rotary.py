@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arbi_kernels import apply_rotary_embedding, build_rotary_cache
+from arbi_kernels import HeadNorms, apply_rotary_embedding, build_rotary_cache
 from arbi_kernels.reference import rotary_embedding_reference
 from arbi_kernels.testing import tolerance
 
@@ -48,6 +48,44 @@ def test_views_of_fused_qkv_and_partial_rotary(device, generator):
     assert torch.equal(qkv[:, 6 * head_dim :], original[:, 6 * head_dim :])
     original_query = original[:, : 4 * head_dim].view(num_tokens, 4, head_dim)
     assert torch.equal(query[..., rotary_dim:], original_query[..., rotary_dim:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "head_dim"), [(16, 8, 128), (6, 2, 64)])
+def test_head_norms_before_rotation_match_reference(dtype, num_heads, num_kv_heads, head_dim, device, generator):
+    """Qwen3's q_norm/k_norm fused into the rotation, on strided views of one QKV buffer."""
+    num_tokens = int(torch.randint(1, 12, (1,), generator=generator))
+    width = (num_heads + 2 * num_kv_heads) * head_dim
+    qkv = (3.0 * _random((num_tokens, width), torch.float32, device, generator)).to(dtype)
+    expected = qkv.clone()
+    weights = [1.0 + 0.5 * _random((head_dim,), dtype, device, generator) for _ in range(2)]
+    cos, sin = build_rotary_cache(300, head_dim, 1000000.0, device)
+    positions = torch.randint(0, 300, (num_tokens,), generator=generator).to(device)
+
+    def views(buffer):
+        query = buffer[:, : num_heads * head_dim].view(num_tokens, num_heads, head_dim)
+        key = buffer[:, num_heads * head_dim : (num_heads + num_kv_heads) * head_dim]
+        return query, key.view(num_tokens, num_kv_heads, head_dim)
+
+    apply_rotary_embedding(positions, *views(qkv), cos, sin, head_norms=HeadNorms(*weights, 1e-6))
+    rotary_embedding_reference(positions, *views(expected), cos, sin, head_norms=(*weights, 1e-6))
+    torch.testing.assert_close(qkv, expected, **tolerance(dtype))
+    query_rms = views(qkv)[0].float().pow(2).mean(dim=-1).sqrt()  # rotation keeps the normalized length
+    expected_rms = weights[0].float().pow(2).mean().sqrt().expand_as(query_rms)
+    assert not torch.allclose(query_rms, torch.ones_like(query_rms), atol=0.05)
+    torch.testing.assert_close(query_rms, expected_rms, rtol=0.5, atol=0.5)
+
+
+def test_head_norms_refuse_partial_rotary_and_bad_weights():
+    positions, query, key = torch.zeros(2, dtype=torch.int64), torch.zeros(2, 4, 64), torch.zeros(2, 2, 64)
+    cos, sin = torch.zeros(10, 16), torch.zeros(10, 16)
+    with pytest.raises(NotImplementedError, match="partial rotary"):
+        apply_rotary_embedding(positions, query, key, cos, sin, head_norms=HeadNorms(torch.ones(64), torch.ones(64), 1e-6))
+    cos, sin = torch.zeros(10, 32), torch.zeros(10, 32)
+    with pytest.raises(ValueError, match="key_weight: expected shape"):
+        apply_rotary_embedding(positions, query, key, cos, sin, head_norms=HeadNorms(torch.ones(64), torch.ones(32), 1e-6))
+    with pytest.raises(ValueError, match="eps"):
+        apply_rotary_embedding(positions, query, key, cos, sin, head_norms=HeadNorms(torch.ones(64), torch.ones(64), 0.0))
 
 
 def test_rotation_keeps_norms_and_makes_scores_depend_on_distance(device, generator):
