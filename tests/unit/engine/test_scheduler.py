@@ -1,4 +1,5 @@
-"""Scheduler invariants under random workloads: token budget, batch size, block accounting, preemption."""
+"""Scheduler invariants under random workloads: token budget, batch size, block accounting, preemption, and
+sequences that start only on sink-capable blocks."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ BLOCK_SIZE = 4
 
 
 def _scheduler(num_blocks: int, max_running: int, budget: int, chunk: int | None = None,
-               prefix_cache: bool = False) -> Scheduler:
+               prefix_cache: bool = False, num_sink_blocks: int | None = None) -> Scheduler:
     return Scheduler(
-        KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache),
+        KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache, num_sink_blocks),
         SchedulerLimits(max_running=max_running, max_step_tokens=budget,
                         max_prefill_chunk_tokens=chunk or budget),
     )
@@ -52,6 +53,7 @@ def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
         if s.status is SequenceStatus.RUNNING:
             assert s in scheduler.running
             assert len(s.block_table) * BLOCK_SIZE >= s.num_computed_tokens
+            assert kv.blocks.pool.has_sink_row(s.block_table[0]), "a sequence started on a block without a sink row"
 
 
 @settings(max_examples=60, deadline=None)
@@ -64,10 +66,11 @@ def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
     prefix_cache=st.booleans(),
     shared_prefix=st.integers(0, 12),
     batch_mask=st.integers(0, 2**12 - 1),
+    num_sink_blocks=st.one_of(st.none(), st.integers(1, 8)),
 )
 def test_random_workload_keeps_invariants(prompt_lens, num_blocks, budget, max_running, actions,
-                                          prefix_cache, shared_prefix, batch_mask) -> None:
-    scheduler = _scheduler(num_blocks, max_running, budget, max(1, budget // 2), prefix_cache)
+                                          prefix_cache, shared_prefix, batch_mask, num_sink_blocks) -> None:
+    scheduler = _scheduler(num_blocks, max_running, budget, max(1, budget // 2), prefix_cache, num_sink_blocks)
     sequences = []
     for i, n in enumerate(prompt_lens):
         priority = Priority.BATCH if batch_mask >> i & 1 else Priority.INTERACTIVE
@@ -196,3 +199,39 @@ def test_long_prompt_cannot_starve_short_ones() -> None:
     step = scheduler.schedule()  # the long prompt is the only prefill left: no cap
     assert [(c.sequence.request_id, c.num_tokens) for c in step.chunks] == [
         ("r1", 1), ("r2", 1), ("r3", 1), ("r0", 29)]
+
+
+def test_sequences_wait_for_a_sink_capable_block_and_all_complete() -> None:
+    # 40 blocks, but only 2 may start a sequence: at most two sequences run although blocks and slots remain.
+    scheduler = _scheduler(40, max_running=6, budget=64, prefix_cache=True, num_sink_blocks=2)
+    sequences = [_sequence(i, 6, first_token=100 * i) for i in range(5)]
+    for sequence in sequences:
+        scheduler.add(sequence)
+    most_running = 0
+    for _ in range(100):
+        if not scheduler.num_unfinished:
+            break
+        step = scheduler.schedule()
+        most_running = max(most_running, len(scheduler.running))
+        if scheduler.waiting:
+            assert len(scheduler.running) == 2 and scheduler.kv.num_free_blocks > 10
+        _run(step)
+        for sequence in list(scheduler.running):
+            if sequence.num_output_tokens == 3:
+                scheduler.finish(sequence)
+        _check_invariants(scheduler, sequences)
+    assert scheduler.num_unfinished == 0 and most_running == 2
+    assert all(s.status is SequenceStatus.FINISHED for s in sequences)
+    assert scheduler.kv.num_free_blocks == 40
+
+
+def test_an_interactive_start_preempts_a_batch_sequence_for_its_sink_capable_block() -> None:
+    scheduler = _scheduler(16, max_running=4, budget=64, num_sink_blocks=1)
+    batch = _sequence(0, 5, Priority.BATCH)
+    scheduler.add(batch)
+    _run(scheduler.schedule())
+    interactive = _sequence(1, 5, Priority.INTERACTIVE, first_token=50)
+    scheduler.add(interactive)
+    step = scheduler.schedule()  # 14 blocks free, none may start a sequence
+    assert step.preempted == [batch] and [c.sequence for c in step.chunks] == [interactive]
+    assert interactive.block_table[0] == 0
