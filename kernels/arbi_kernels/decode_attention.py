@@ -142,9 +142,11 @@ def _decode_merge_kernel(
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
-    """Enough partitions to give every SM about PROGRAMS_PER_SM programs, none shorter than 256 tokens."""
+    """The most partitions that keep every SM at no more than PROGRAMS_PER_SM programs, none shorter than 256
+    tokens. Rounded down: a batch that already has nearly that many (sequence, kv head) programs runs best
+    unsplit (batch 128 at 512 tokens, 8 kv heads: 0.079 ms unsplit against 0.091 ms in 2 splits on an H200)."""
     useful = triton.cdiv(max(max_seq_len, 1), MIN_TOKENS_PER_SPLIT)
-    wanted = triton.cdiv(PROGRAMS_PER_SM * num_sms, num_seqs * num_kv_heads)
+    wanted = PROGRAMS_PER_SM * num_sms // (num_seqs * num_kv_heads)
     return max(1, min(useful, wanted, MAX_SPLITS))
 
 

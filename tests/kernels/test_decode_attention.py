@@ -82,7 +82,8 @@ def test_strided_query_view(device, generator):
 
 def test_num_splits_heuristic_fills_the_gpu_without_tiny_splits():
     assert choose_num_splits(num_seqs=1, num_kv_heads=8, max_seq_len=32768, num_sms=132) == 128
-    assert choose_num_splits(num_seqs=32, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 5
+    assert choose_num_splits(num_seqs=32, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 4
+    assert choose_num_splits(num_seqs=128, num_kv_heads=8, max_seq_len=512, num_sms=132) == 1
     assert choose_num_splits(num_seqs=256, num_kv_heads=8, max_seq_len=32768, num_sms=132) == 1
     assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=300, num_sms=132) == 2
     assert choose_num_splits(num_seqs=4, num_kv_heads=2, max_seq_len=0, num_sms=132) == 1
