@@ -29,7 +29,8 @@ class TkvLayerStorage:
     key_codes uint8 [num_blocks, block_size, Hkv, D*key_bits/8]; key_scale / key_zero fp16 [num_blocks,
     block_size, Hkv, D/G]; value_* the same with value_bits. key_sink / value_sink fp16 [num_sink_blocks,
     sink_tokens, Hkv, D]: position p < sink_tokens of a sequence, stored at [its first block, p] in the code
-    space (H x - m) * s (a first block's id is below num_sink_blocks). key_channel_scale / key_shift / value_channel_scale / value_shift: fp32 [Hkv, D].
+    space (H x - m) * s (a first block's id is below num_sink_blocks). key_channel_scale / key_shift /
+    value_channel_scale / value_shift: fp32 [Hkv, D].
     """
 
     key_codes: Tensor
@@ -86,7 +87,9 @@ class TkvPagedKVCache:
                 raise InvalidArgumentError(name, f"must be > 0, got {value}")
         num_sink_blocks = num_blocks if num_sink_blocks is None else num_sink_blocks
         if not 0 < num_sink_blocks <= num_blocks:
-            raise InvalidArgumentError("num_sink_blocks", f"must be in [1, num_blocks={num_blocks}], got {num_sink_blocks}")
+            raise InvalidArgumentError(
+                "num_sink_blocks", f"must be in [1, num_blocks={num_blocks}], got {num_sink_blocks}"
+            )
         if calibration.sink_tokens > block_size:
             raise InvalidArgumentError(
                 "kv_sink_tokens",

@@ -82,7 +82,9 @@ class _PoolSizing:
     max_running_requests: int | None
 
     @classmethod
-    def for_config(cls, config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None) -> _PoolSizing:
+    def for_config(
+        cls, config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None
+    ) -> _PoolSizing:
         bytes_per_block = kv_block_bytes(config, model, tkv_calibration)
         if config.kv_cache_dtype != "tkv":
             return cls(bytes_per_block, 0, None)

@@ -61,8 +61,8 @@ def _check_budget(calibration: TkvCalibration, current: TkvPagedKVCache, budget_
     needed = TkvPagedKVCache.num_bytes_for(calibration, current.block_size, current.num_blocks, current.num_sink_blocks)
     if needed > budget_bytes:
         raise ResourceExhaustedError(
-            f"memory budget: with the new bits the KV cache's {current.num_blocks} blocks and {current.num_sink_blocks} "
-            f"sink rows need {needed / MIB:.1f} MiB, "
+            f"memory budget: with the new bits the KV cache's {current.num_blocks} blocks and "
+            f"{current.num_sink_blocks} sink rows need {needed / MIB:.1f} MiB, "
             f"more than kv_cache_memory_mib={budget_bytes // MIB}; restart with a larger --kv-cache-memory-mib"
         )
 

@@ -34,7 +34,8 @@ def _calibration(generator: torch.Generator) -> TkvCalibration:
 
 def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, generator, monkeypatch):
     calibration = _calibration(generator)
-    caches = [TkvPagedKVCache(calibration, num_blocks=12, block_size=BLOCK_SIZE, device=device) for _ in range(2)]
+    caches = [TkvPagedKVCache(calibration, num_blocks=12, block_size=BLOCK_SIZE, device=device, num_sink_blocks=10)
+              for _ in range(2)]  # sink rows for the first blocks only, as the engine's pool has them
     backends = (TkvTritonPagedAttention(compute_dtype=torch.float32), TkvTorchPagedAttention.for_device(device))
     tables = [[3, 7, 1], [0, 5], [9, 2, 11]]
     steps = [  # (sequences, query_lens, seq_lens): a prompt chunk, a mixed step, a decode step

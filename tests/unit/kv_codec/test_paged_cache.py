@@ -75,7 +75,8 @@ def test_sink_larger_than_a_block_is_refused():
 @pytest.mark.parametrize("num_sink_blocks", [0, 3])
 def test_sink_rows_outside_one_to_the_block_count_are_refused(num_sink_blocks: int):
     with pytest.raises(InvalidArgumentError, match="num_sink_blocks"):
-        TkvPagedKVCache(_calibration(((4, 4),)), num_blocks=2, block_size=4, device="cpu", num_sink_blocks=num_sink_blocks)
+        TkvPagedKVCache(_calibration(((4, 4),)), num_blocks=2, block_size=4, device="cpu",
+                        num_sink_blocks=num_sink_blocks)
 
 
 def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():

@@ -58,7 +58,8 @@ def _tkv_calibration(model: ModelConfig, key_bits: int, value_bits: int) -> TkvC
     return TkvCalibration.uniform("tkvfp1:test", spec, model.num_layers, model.num_kv_heads, model.head_dim)
 
 
-@pytest.mark.parametrize("num_blocks,max_running,expected", [(800, 64, 100), (801, 64, 101), (100, 64, 65), (40, 64, 40)])
+@pytest.mark.parametrize("num_blocks,max_running,expected",
+                         [(800, 64, 100), (801, 64, 101), (100, 64, 65), (40, 64, 40)])
 def test_sink_rows_are_one_block_in_eight_but_cover_a_full_running_batch(num_blocks, max_running, expected) -> None:
     assert num_sink_blocks(num_blocks, max_running) == expected
 
