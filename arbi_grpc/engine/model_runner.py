@@ -19,7 +19,7 @@ from torch import Tensor
 
 from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.cuda_graphs import DecodeBatch, DecodeGraphs
-from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
+from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.engine.sampler import Sampler, SampleInFlight, prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.request import TokenOutput

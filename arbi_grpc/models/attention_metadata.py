@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from arbi_grpc.models.host_to_device import to_device_no_sync
+
 
 @dataclass(frozen=True)
 class AttentionMetadata:
@@ -112,10 +114,10 @@ class AttentionMetadata:
         query_start_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
         query_start_loc[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), dim=0)
         return cls(
-            slot_mapping=slot_mapping.to(device),
-            query_start_loc=query_start_loc.to(device),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(device),
-            block_tables=padded_tables.to(torch.int32).to(device),
+            slot_mapping=to_device_no_sync(slot_mapping, device),
+            query_start_loc=to_device_no_sync(query_start_loc, device),
+            seq_lens=to_device_no_sync(torch.tensor(seq_lens, dtype=torch.int32), device),
+            block_tables=to_device_no_sync(padded_tables.to(torch.int32), device),
             query_lens_host=tuple(int(n) for n in query_lens),
             seq_lens_host=tuple(int(n) for n in seq_lens),
         )
@@ -131,4 +133,4 @@ def token_positions(
     total = int(query_lens_tensor.sum())
     offsets_in_sequence = torch.arange(total) - torch.repeat_interleave(starts, query_lens_tensor)  # [T]
     positions = torch.repeat_interleave(first_positions, query_lens_tensor) + offsets_in_sequence  # [T]
-    return positions.to(device)
+    return to_device_no_sync(positions, device)
