@@ -50,17 +50,24 @@ class CompletedRequest:
             self._done.set()
 
 
-def generate(engine: Engine, requests: Sequence[GenerationRequest], timeout_s: float = 600.0) -> list[CompletedRequest]:
-    """Submits every request at once and blocks until all have finished; results in request order.
+def generate(engine: Engine, requests: Sequence[GenerationRequest], timeout_s: float = 600.0,
+             arrival_offsets_s: Sequence[float] | None = None) -> list[CompletedRequest]:
+    """Submits every request (at once, or each `arrival_offsets_s[i]` seconds after the call) and blocks until
+    all have finished; results in request order.
 
     Raises the first request's error if any failed, TimeoutError if `timeout_s` passes first.
     """
+    if arrival_offsets_s is not None and len(arrival_offsets_s) != len(requests):
+        raise ValueError(f"{len(arrival_offsets_s)} arrival offsets for {len(requests)} requests")
+    started = time.monotonic()
     completed = []
-    for request in requests:
+    for index, request in enumerate(requests):
+        if arrival_offsets_s is not None:
+            time.sleep(max(0.0, started + arrival_offsets_s[index] - time.monotonic()))
         result = CompletedRequest(request.request_id, submitted_s=time.monotonic())
         engine.submit(request, result.receive)
         completed.append(result)
-    deadline = time.monotonic() + timeout_s
+    deadline = started + timeout_s
     for result in completed:
         if not result._done.wait(max(0.0, deadline - time.monotonic())):
             raise TimeoutError(f"request {result.request_id} did not finish within {timeout_s} s")
