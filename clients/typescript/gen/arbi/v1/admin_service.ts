@@ -184,7 +184,7 @@ export interface GetMemoryReportResponse {
   /**
    * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
    * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
-   * scales and zeros, and the token's share of its block's fp16 sink slots.
+   * scales and zeros, and the token's share of the pool's fp16 sink rows (the pool's bytes over its capacity).
    */
   kvBytesPerTokenPerLayer: number;
   /** Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget. */

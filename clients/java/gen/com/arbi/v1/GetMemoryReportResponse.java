@@ -189,7 +189,7 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
    * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
-   * scales and zeros, and the token's share of its block's fp16 sink slots.
+   * scales and zeros, and the token's share of the pool's fp16 sink rows (the pool's bytes over its capacity).
    * </pre>
    *
    * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
@@ -1183,7 +1183,7 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
      * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
-     * scales and zeros, and the token's share of its block's fp16 sink slots.
+     * scales and zeros, and the token's share of the pool's fp16 sink rows (the pool's bytes over its capacity).
      * </pre>
      *
      * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
@@ -1197,7 +1197,7 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
      * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
-     * scales and zeros, and the token's share of its block's fp16 sink slots.
+     * scales and zeros, and the token's share of the pool's fp16 sink rows (the pool's bytes over its capacity).
      * </pre>
      *
      * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>
@@ -1215,7 +1215,7 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
      * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
-     * scales and zeros, and the token's share of its block's fp16 sink slots.
+     * scales and zeros, and the token's share of the pool's fp16 sink rows (the pool's bytes over its capacity).
      * </pre>
      *
      * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>

@@ -102,7 +102,7 @@ public interface GetMemoryReportResponseOrBuilder extends
    * <pre>
    * Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
    * layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
-   * scales and zeros, and the token's share of its block's fp16 sink slots.
+   * scales and zeros, and the token's share of the pool's fp16 sink rows (the pool's bytes over its capacity).
    * </pre>
    *
    * <code>double kv_bytes_per_token_per_layer = 10 [json_name = "kvBytesPerTokenPerLayer"];</code>

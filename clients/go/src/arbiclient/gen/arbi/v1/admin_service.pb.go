@@ -936,7 +936,7 @@ type GetMemoryReportResponse struct {
 	KvCachedBlockCount int32 `protobuf:"varint,9,opt,name=kv_cached_block_count,json=kvCachedBlockCount,proto3" json:"kv_cached_block_count,omitempty"`
 	// Bytes one token's keys and values take in one layer with the KV storage in force, averaged over the
 	// layers: 2 x kv_heads x head_dim x element bytes for plain tensors; for TKV the packed codes, the group
-	// scales and zeros, and the token's share of its block's fp16 sink slots.
+	// scales and zeros, and the token's share of the pool's fp16 sink rows (the pool's bytes over its capacity).
 	KvBytesPerTokenPerLayer float64 `protobuf:"fixed64,10,opt,name=kv_bytes_per_token_per_layer,json=kvBytesPerTokenPerLayer,proto3" json:"kv_bytes_per_token_per_layer,omitempty"`
 	// Tokens the whole KV cache pool holds (blocks times block tokens) at the configured memory budget.
 	KvCapacityTokenCount int64 `protobuf:"varint,11,opt,name=kv_capacity_token_count,json=kvCapacityTokenCount,proto3" json:"kv_capacity_token_count,omitempty"`
