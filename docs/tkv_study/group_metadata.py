@@ -43,7 +43,7 @@ from arbi_grpc.kv_codec.calibration_run import text_windows
 from arbi_grpc.kv_codec.codec import ChannelTransform
 from arbi_grpc.kv_codec.quantize import SMALLEST_STEP, _round_fp16, dequantize_groups, quantize_groups
 from confirm import load_ids
-from harness import WINDOW, StudyModel, default_gguf_path, split_windows, tokenize_wikitext
+from harness import WINDOW, StudyModel, default_gguf_path, tokenize_wikitext
 
 FP16_BITS = 16
 SUPER_PAIR_BITS = 2 * FP16_BITS
@@ -240,19 +240,19 @@ def main() -> None:
     parser.add_argument("--wikitext", type=Path, required=True)
     parser.add_argument("--token-cache", type=Path, default=None)
     parser.add_argument("--calibration-text", type=Path, default=DEFAULT_TEXT)
-    parser.add_argument("--test-windows", type=int, default=12)
+    parser.add_argument("--test-windows", type=int, default=12, help="the first N windows of 512 test tokens")
     parser.add_argument("--bits", nargs="+", default=["4/4", "3/3"], help="key/value bits, e.g. 4/3")
     parser.add_argument("--formats", nargs="+", default=["32:fp16", "16:fp16", "16:8"],
                         help="G:fp16 (today's metadata) or G:m (m-bit group metadata + one fp16 pair per vector)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="JSON file; this run is added to its runs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     check_encoder_invariants()
     formats = [GroupFormat.parse(text) for text in args.formats]
     gguf_path = default_gguf_path()
-    test, _ = split_windows(load_ids(args.wikitext, args.token_cache, gguf_path))
-    test = test[: args.test_windows]
+    ids = load_ids(args.wikitext, args.token_cache, gguf_path)
+    test = ids[: args.test_windows * WINDOW].view(args.test_windows, WINDOW)  # the FACTS windows, and more after them
     study = StudyModel.load(gguf_path, "cpu")
     started = time.time()
     activations = calibration_activations(study, gguf_path, args.calibration_text)
@@ -260,8 +260,9 @@ def main() -> None:
     values = [activations.samples(KIND_VALUES, layer, SINK_TOKENS) for layer in range(study.num_layers)]
     tables = {group: ChannelTable(keys, values, group) for group in sorted({f.group_size for f in formats})}
     baseline = study.window_losses(test, None).double().flatten().tolist()
+    runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
     report: dict = {
-        "calibration_text": args.calibration_text.name, "calibration_windows": CALIBRATION_WINDOWS,
+        "date": time.strftime("%Y-%m-%d"), "device": "cpu", "calibration_text": args.calibration_text.name, "calibration_windows": CALIBRATION_WINDOWS,
         "sink_tokens": SINK_TOKENS, "test_windows": test.shape[0], "recipe": "rotation, K mse+center, V rotation only",
         "baseline_ppl": _perplexity(baseline), "first_format": formats[0].label, "rows": [],
     }
@@ -294,7 +295,7 @@ def main() -> None:
             report["rows"].append(row)
             print(json.dumps(row), flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=1) + "\n")
+            args.out.write_text(json.dumps({"runs": [*runs, report]}, indent=1) + "\n")
 
 
 def _perplexity(losses: list[float]) -> float:
