@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from arbi_grpc.models.host_to_device import to_device_no_sync
+from arbi_grpc.models.host_to_device import tensor_on_device_no_sync, to_device_no_sync
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class AttentionMetadata:
         )
         prefill = tuple(index for index, query_len in enumerate(self.query_lens_host) if query_len > 1)
         device = self.slot_mapping.device
-        object.__setattr__(self, "decode_sequence_indices", torch.tensor(decode, dtype=torch.int64, device=device))
+        object.__setattr__(self, "decode_sequence_indices", tensor_on_device_no_sync(decode, torch.int64, device))
         object.__setattr__(self, "decode_seq_lens_host", tuple(self.seq_lens_host[index] for index in decode))
         object.__setattr__(self, "prefill_sequence_indices", prefill)
 
