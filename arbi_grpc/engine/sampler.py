@@ -138,8 +138,7 @@ class Sampler:
         if logits.dim() != 2 or logits.shape[0] != len(states):
             raise ValueError(f"logits must be [len(states)={len(states)}, V], got {tuple(logits.shape)}")
         logits = logits.float()
-        # Reported logprobs are logits - logsumexp: one pass over [B, V], no [B, V] log-softmax written.
-        log_normalizers = torch.logsumexp(logits, dim=-1)  # [B]
+        raw_logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
         adjusted = logits
         if any(state.params.has_penalties or state.banned_token_ids() for state in states):
             adjusted = logits.clone()
@@ -159,13 +158,10 @@ class Sampler:
             random_states = [states[row] for row in random_rows]
             token_ids[random_index] = self._draw(adjusted[random_index], random_states)
 
-        chosen_logprobs = logits.gather(1, token_ids[:, None]).squeeze(1) - log_normalizers  # [B]
+        chosen_logprobs = raw_logprobs.gather(1, token_ids[:, None]).squeeze(1)  # [B]
         top_counts = [state.params.logprobs_count for state in states]
-        widest = min(max(top_counts, default=0), logits.shape[1])
-        top_logprobs = None
-        if widest:
-            top_values, top_ids = logits.topk(widest, dim=-1)  # [B, widest] each
-            top_logprobs = (top_values - log_normalizers[:, None], top_ids)
+        widest = min(max(top_counts, default=0), raw_logprobs.shape[1])
+        top_logprobs = tuple(raw_logprobs.topk(widest, dim=-1)) if widest else None  # ([B, widest], [B, widest])
         return SampleInFlight(token_ids, chosen_logprobs, top_logprobs, top_counts)
 
     def _draw(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:
