@@ -16,7 +16,6 @@ from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import FinishReason, GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.models.attention_selection import build_kv_cache
-from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.serving import assemble_engine, build_runner
 from tests.unit.engine.stream_harness import (
@@ -26,13 +25,9 @@ from tests.unit.engine.stream_harness import (
     sampling_for,
     token_ids,
 )
+from tests.unit.engine.tiny_llama import tiny_llama_config
 
-TINY_CONFIG = ModelConfig.from_hf_config({
-    "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": True,
-    "bos_token_id": 1, "eos_token_id": 2,
-})
+TINY_CONFIG = tiny_llama_config()
 MAX_MODEL_LEN = 256
 
 
