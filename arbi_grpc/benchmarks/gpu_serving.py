@@ -66,7 +66,7 @@ def make_workload(count: int, rate_per_s: float, prompt_lens: tuple[int, int], o
 
     def log_uniform(low: int, high: int) -> list[int]:
         exponents = torch.rand(count, generator=generator) * (math.log(high) - math.log(low)) + math.log(low)
-        return [int(round(math.exp(e))) for e in exponents.tolist()]
+        return [round(math.exp(e)) for e in exponents.tolist()]
 
     prompts = [torch.randint(0, vocab_size, (n,), generator=generator).tolist() for n in log_uniform(*prompt_lens)]
     requests = [
