@@ -41,6 +41,7 @@ from bench_kernels import BenchCase
 
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
+from arbi_grpc.kv_codec.spec import TkvSpec, bytes_per_token
 
 LLAMA = BatchShape(num_heads=32, num_kv_heads=8, head_dim=128, page_size=16, dtype=torch.bfloat16)
 BF16_BYTES = 2
@@ -63,9 +64,10 @@ class TkvBench:
 
 
 def tkv_token_bytes(shape: TkvShape) -> int:
-    """Bytes attention reads per context token and kv head: K and V codes plus their fp16 scales and zeros."""
-    metadata = 2 * 2 * shape.head_dim // shape.group_size
-    return shape.head_dim * (shape.key_bits + shape.value_bits) // 8 + 2 * metadata
+    """Bytes attention reads per context token over all kv heads: K and V codes plus their fp16 scales and
+    zeros (the codec's own count)."""
+    spec = TkvSpec(shape.key_bits, shape.value_bits, shape.group_size, shape.sink_tokens)
+    return bytes_per_token(shape.head_dim, shape.num_kv_heads, spec)
 
 
 def build(shape: TkvShape, query_lens: list[int], seq_lens: list[int], generator: torch.Generator) -> TkvBench:
@@ -130,7 +132,7 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
                f"{' prefetch' if tiles.prefetch else ''}{f' r{tiles.max_registers}' if tiles.max_registers else ''}"
                f"{' masked-words' if tiles.mask_words else ''}{' ptx' if tiles.ptx_nibbles else ''}"
                f"{' transposed' if tiles.transposed_dots else ''} splits={num_splits or 'auto'}"),
-        run=run, check=check, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
+        run=run, check=check, bytes_moved=tokens * tkv_token_bytes(shape),
     )
 
 
@@ -162,7 +164,7 @@ def write_cases(num_tokens: int, shape: TkvShape, generator: torch.Generator) ->
         return BenchCase(
             kernel=f"write tkv K{shape.key_bits}V{shape.value_bits} {tiles.block_t} tok/{tiles.num_warps} warps",
             shape=label, run=lambda: write_tkv_cache(key, value, positions, slots, layer, tiles), check=check_tkv,
-            bytes_moved=model_bytes + num_tokens * shape.num_kv_heads * tkv_token_bytes(shape),
+            bytes_moved=model_bytes + num_tokens * tkv_token_bytes(shape),
         )
 
     bf16 = BenchCase(kernel="write bf16", shape=label, run=lambda: write_kv_cache(key, value, *caches, slots),
@@ -199,7 +201,7 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
             check=lambda tiles=tiles: assert_tkv_close(tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles),
                                                        tkv_paged_prefill_attention_reference(*tkv_arguments),
                                                        torch.float16),
-            flops=flops, bytes_moved=tokens * shape.num_kv_heads * tkv_token_bytes(shape),
+            flops=flops, bytes_moved=tokens * tkv_token_bytes(shape),
         )
         for tiles in tile_options
         for chosen in (tiles or default_tkv_prefill_tiles(shape.head_dim),)
