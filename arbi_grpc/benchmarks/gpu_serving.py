@@ -69,11 +69,8 @@ def make_workload(count: int, rate_per_s: float, prompt_lens: tuple[int, int], o
         return [round(math.exp(e)) for e in exponents.tolist()]
 
     prompts = [torch.randint(0, vocab_size, (n,), generator=generator).tolist() for n in log_uniform(*prompt_lens)]
-    requests = [
-        request
-        for prompt, new_tokens, index in zip(prompts, log_uniform(*output_lens), range(count))
-        for request in requests_for([prompt], new_tokens, f"{tag}-{index}")
-    ]
+    requests = [requests_for([prompt], new_tokens, f"{tag}-{index}")[0]
+                for index, (prompt, new_tokens) in enumerate(zip(prompts, log_uniform(*output_lens)))]
     if math.isinf(rate_per_s):
         offsets = [0.0] * count
     else:
