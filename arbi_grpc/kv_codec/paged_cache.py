@@ -17,9 +17,7 @@ from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
 from arbi_grpc.kv_codec.packing import packed_width
-from arbi_grpc.kv_codec.spec import GROUP_METADATA_BYTES, sink_bytes_per_sequence
-
-_CODE_BYTES = 1  # uint8
+from arbi_grpc.kv_codec.spec import bytes_per_token, sink_bytes_per_sequence
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,15 +57,6 @@ class TkvLayerStorage:
     @property
     def head_dim(self) -> int:
         return self.key_channel_scale.shape[1]
-
-
-def _layer_block_bytes(
-    key_bits: int, value_bits: int, group_size: int, block_size: int, num_kv_heads: int, head_dim: int
-) -> int:
-    """Bytes one block of one layer takes: codes, group scales and zeros of K and V (sink rows are apart)."""
-    codes = (packed_width(head_dim, key_bits) + packed_width(head_dim, value_bits)) * _CODE_BYTES
-    metadata = 2 * (head_dim // group_size) * GROUP_METADATA_BYTES
-    return num_kv_heads * block_size * (codes + metadata)
 
 
 class TkvPagedKVCache:
@@ -152,11 +141,8 @@ class TkvPagedKVCache:
         """Bytes one block costs over all layers (codes and group metadata; sink rows are apart) before
         allocating."""
         return sum(
-            _layer_block_bytes(
-                key_bits, value_bits, calibration.group_size, block_size, calibration.num_kv_heads,
-                calibration.head_dim,
-            )
-            for key_bits, value_bits in calibration.layer_bits
+            block_size * bytes_per_token(calibration.head_dim, calibration.num_kv_heads, calibration.layer_spec(i))
+            for i in range(calibration.num_layers)
         )
 
     @staticmethod
