@@ -1,9 +1,11 @@
 """The paged TKV KV cache: per layer, packed key/value codes with their fp16 group scales and zeros, an fp16
-sink pool for each sequence's first tokens, and the layer's calibrated transform, all on the device.
+sink pool for each sequence's first tokens, an fp16 tail pool holding each running sequence's last block
+exactly, and the layer's calibrated transform, all on the device.
 
 Block ids, slots (block_id * block_size + offset) and block tables are those of the bf16 `PagedKVCache`. Only
 the first `num_sink_blocks` blocks have a sink row; the engine's block pool gives every sequence a first block
-among them. Layout and semantics: docs/tkv.md, "Engine integration".
+among them. Tail slots are the engine's: one per running sequence. Layout and semantics: docs/tkv.md,
+"Engine integration" and "Exact own block".
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
 from arbi_grpc.kv_codec.packing import packed_width
-from arbi_grpc.kv_codec.spec import bytes_per_token, sink_bytes_per_sequence
+from arbi_grpc.kv_codec.spec import SINK_ELEMENT_BYTES, bytes_per_token, sink_bytes_per_sequence
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,8 +29,10 @@ class TkvLayerStorage:
     key_codes uint8 [num_blocks, block_size, Hkv, D*key_bits/8]; key_scale / key_zero fp16 [num_blocks,
     block_size, Hkv, D/G]; value_* the same with value_bits. key_sink / value_sink fp16 [num_sink_blocks,
     sink_tokens, Hkv, D]: position p < sink_tokens of a sequence, stored at [its first block, p] in the code
-    space (H x - m) * s (a first block's id is below num_sink_blocks). key_channel_scale / key_shift /
-    value_channel_scale / value_shift: fp32 [Hkv, D].
+    space (H x - m) * s (a first block's id is below num_sink_blocks). key_tail / value_tail fp16
+    [num_tail_slots, block_size, Hkv, D]: position p of a running sequence's last block, at [its tail slot,
+    p % block_size], in the same code space. key_channel_scale / key_shift / value_channel_scale / value_shift:
+    fp32 [Hkv, D].
     """
 
     key_codes: Tensor
@@ -39,6 +43,8 @@ class TkvLayerStorage:
     value_zero: Tensor
     key_sink: Tensor
     value_sink: Tensor
+    key_tail: Tensor
+    value_tail: Tensor
     key_bits: int
     value_bits: int
     group_size: int
@@ -61,7 +67,8 @@ class TkvLayerStorage:
 
 class TkvPagedKVCache:
     """The TKV storage of every layer for `num_blocks` blocks of `block_size` tokens, zeroed at creation, with sink
-    rows for the first `num_sink_blocks` blocks (all of them when None).
+    rows for the first `num_sink_blocks` blocks (all of them when None) and `num_tail_slots` tail slots (the
+    sequences that may run at once).
 
     Built from a TkvCalibration (its per-layer bits are the ones stored; `engine_calibration` applies
     --kv-bits before). `codec(i)` is layer i's TkvLayerCodec over the same device transform tensors.
@@ -69,9 +76,9 @@ class TkvPagedKVCache:
 
     def __init__(
         self, calibration: TkvCalibration, *, num_blocks: int, block_size: int, device: torch.device | str,
-        num_sink_blocks: int | None = None,
+        num_sink_blocks: int | None = None, num_tail_slots: int,
     ) -> None:
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size), ("num_tail_slots", num_tail_slots)):
             if value <= 0:
                 raise InvalidArgumentError(name, f"must be > 0, got {value}")
         num_sink_blocks = num_blocks if num_sink_blocks is None else num_sink_blocks
@@ -88,6 +95,7 @@ class TkvPagedKVCache:
         self.num_layers = calibration.num_layers
         self.num_blocks = num_blocks
         self.num_sink_blocks = num_sink_blocks
+        self.num_tail_slots = num_tail_slots
         self.block_size = block_size
         self.num_kv_heads = calibration.num_kv_heads
         self.head_dim = calibration.head_dim
@@ -108,6 +116,7 @@ class TkvPagedKVCache:
         slots = (self.num_blocks, self.block_size, self.num_kv_heads)
         groups = (*slots, self.head_dim // group_size)
         sink = (self.num_sink_blocks, sink_tokens, self.num_kv_heads, self.head_dim)
+        tail = (self.num_tail_slots, self.block_size, self.num_kv_heads, self.head_dim)
 
         def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -124,6 +133,8 @@ class TkvPagedKVCache:
             value_zero=zeros(groups, torch.float16),
             key_sink=zeros(sink, torch.float16),
             value_sink=zeros(sink, torch.float16),
+            key_tail=zeros(tail, torch.float16),
+            value_tail=zeros(tail, torch.float16),
             key_bits=key_bits,
             value_bits=value_bits,
             group_size=group_size,
@@ -153,11 +164,21 @@ class TkvPagedKVCache:
             for i in range(calibration.num_layers)
         )
 
+    @staticmethod
+    def tail_slot_bytes_for(calibration: TkvCalibration, block_size: int) -> int:
+        """Bytes one tail slot costs over all layers: a block of fp16 keys and values of every KV head."""
+        return (calibration.num_layers * block_size * calibration.num_kv_heads * calibration.head_dim * 2
+                * SINK_ELEMENT_BYTES)
+
     @classmethod
-    def num_bytes_for(cls, calibration: TkvCalibration, block_size: int, num_blocks: int, num_sink_blocks: int) -> int:
-        """Bytes of a whole pool of `num_blocks` blocks, `num_sink_blocks` of them with a sink row."""
+    def num_bytes_for(
+        cls, calibration: TkvCalibration, block_size: int, num_blocks: int, num_sink_blocks: int, num_tail_slots: int
+    ) -> int:
+        """Bytes of a whole pool of `num_blocks` blocks, `num_sink_blocks` of them with a sink row, and
+        `num_tail_slots` tail slots."""
         return (num_blocks * cls.bytes_per_block_for(calibration, block_size)
-                + num_sink_blocks * cls.sink_row_bytes_for(calibration))
+                + num_sink_blocks * cls.sink_row_bytes_for(calibration)
+                + num_tail_slots * cls.tail_slot_bytes_for(calibration, block_size))
 
     @property
     def bytes_per_block(self) -> int:
@@ -168,9 +189,15 @@ class TkvPagedKVCache:
         return self.sink_row_bytes_for(self.calibration)
 
     @property
+    def tail_slot_bytes(self) -> int:
+        return self.tail_slot_bytes_for(self.calibration, self.block_size)
+
+    @property
     def num_bytes(self) -> int:
-        """Bytes of every block and sink row (the channel transforms are apart: `transform_bytes`)."""
-        return self.num_bytes_for(self.calibration, self.block_size, self.num_blocks, self.num_sink_blocks)
+        """Bytes of every block, sink row and tail slot (the channel transforms are apart: `transform_bytes`)."""
+        return self.num_bytes_for(
+            self.calibration, self.block_size, self.num_blocks, self.num_sink_blocks, self.num_tail_slots
+        )
 
     @property
     def transform_bytes(self) -> int:
@@ -199,14 +226,18 @@ class TkvPagedKVCache:
 
     @property
     def key_caches(self) -> list[Tensor]:
-        """Every pool tensor holding keys (codes, group scales and zeros, sink rows), for memory accounting."""
-        return [t for layer in self._layers for t in (layer.key_codes, layer.key_scale, layer.key_zero, layer.key_sink)]
+        """Every pool tensor holding keys (codes, group scales and zeros, sink rows, tails), for memory accounting."""
+        return [
+            t for layer in self._layers
+            for t in (layer.key_codes, layer.key_scale, layer.key_zero, layer.key_sink, layer.key_tail)
+        ]
 
     @property
     def value_caches(self) -> list[Tensor]:
         """Every per-block tensor holding values, as `key_caches`."""
         return [
-            t for layer in self._layers for t in (layer.value_codes, layer.value_scale, layer.value_zero, layer.value_sink)
+            t for layer in self._layers
+            for t in (layer.value_codes, layer.value_scale, layer.value_zero, layer.value_sink, layer.value_tail)
         ]
 
     def layer(self, layer_index: int) -> TkvLayerStorage:

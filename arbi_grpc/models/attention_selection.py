@@ -71,7 +71,8 @@ def build_kv_cache(
         check_model_shape(tkv_calibration, model_config.num_layers, model_config.num_kv_heads, model_config.head_dim)
         return TkvPagedKVCache(tkv_calibration, num_blocks=num_blocks, block_size=config.block_size,
                                device=config.device,
-                               num_sink_blocks=num_sink_blocks(num_blocks, config.max_running_requests))
+                               num_sink_blocks=num_sink_blocks(num_blocks, config.max_running_requests),
+                               num_tail_slots=config.max_running_requests)
     return PagedKVCache.for_model(
         model_config,
         num_blocks=num_blocks,

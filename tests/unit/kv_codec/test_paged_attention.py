@@ -1,5 +1,6 @@
-"""TkvTorchPagedAttention against the codec's reference `tkv_attention` (same codes, exact sinks) and against
-plain attention (K8V8), over prefill chunks, ragged batches with decodes, sinks on and off, per-layer bits."""
+"""TkvTorchPagedAttention against the codec's reference attention (same codes, exact sinks and own blocks) and
+against plain attention (K8V8), over prefill chunks, ragged batches with decodes, sinks on and off, per-layer
+bits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import random
 import pytest
 import torch
 
-from arbi_grpc.kv_codec import TkvCalibration, tkv_attention
+from arbi_grpc.kv_codec import TkvCalibration
+from arbi_grpc.kv_codec.attention import rotated_space_attention
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 from tests.unit.models.paged_harness import (
@@ -61,7 +63,8 @@ def _play(
     """Each step through every layer (in random order); returns per layer {sequence: outputs of its tokens}."""
     backend = backend or TkvTorchPagedAttention()
     num_blocks = sum(-(-len(q) // block_size) for q, _, _ in sequences.values()) + 3
-    cache = TkvPagedKVCache(calibration, num_blocks=num_blocks, block_size=block_size, device="cpu")
+    cache = TkvPagedKVCache(calibration, num_blocks=num_blocks, block_size=block_size, device="cpu",
+                            num_tail_slots=len(sequences))
     runner = PagedStepRunner(block_size=block_size, num_blocks=num_blocks, rng=rng)
     outputs: list[dict[int, list[torch.Tensor]]] = [{s: [] for s in sequences} for _ in calibration.layer_bits]
     for step in steps:
@@ -76,30 +79,28 @@ def _play(
     return [{seq: torch.cat(parts) for seq, parts in layer.items()} for layer in outputs]
 
 
-def _fp16_in_code_space(codec, transform, x: torch.Tensor) -> torch.Tensor:
-    """x [N, Hkv, D] after a round trip through fp16 in the code space (H x - m) * s, back in model space."""
+def _exact_rotated(codec, transform, x: torch.Tensor) -> torch.Tensor:
+    """x [N, Hkv, D] as the cache keeps it exactly, fp16 in the code space (H x - m) * s, back in the rotated
+    space H x."""
     stored = transform.forward(codec.into_rotated_space(x.float())).half().float()
-    return codec.out_of_rotated_space(transform.inverse(stored))
+    return transform.inverse(stored)
 
 
-def _reference(calibration: TkvCalibration, layer: int, query, key, value) -> torch.Tensor:
-    """tkv_attention token by token: query t over keys 0..t, the first sink_tokens exact (fp16), the rest encoded."""
+def _reference(calibration: TkvCalibration, layer: int, block_size: int, query, key, value) -> torch.Tensor:
+    """Token by token: query t over keys 0..t, the first sink_tokens and those of t's own block exact (fp16 in
+    the code space), the others decoded from their codes."""
     codec = calibration.layer_codec(layer)
-    sink = calibration.sink_tokens
-    # The cache keeps sinks as fp16 in the code space; the reference takes them in model space.
-    sink_keys_all = _fp16_in_code_space(codec, codec.keys, key[:sink])
-    sink_values_all = _fp16_in_code_space(codec, codec.values, value[:sink])
+    keys = codec.decode_keys_rotated(codec.encode_keys(key))  # [L, Hkv, D] rotated space
+    values = codec.decode_values_rotated(codec.encode_values(value))
+    exact_keys, exact_values = _exact_rotated(codec, codec.keys, key), _exact_rotated(codec, codec.values, value)
     rows = []
     for t in range(query.shape[0]):
-        exact = min(sink, t + 1)
-        sink_keys = sink_keys_all[:exact] if exact else None
-        sink_values = sink_values_all[:exact] if exact else None
-        rows.append(
-            tkv_attention(
-                query[t : t + 1], codec.encode_keys(key[exact : t + 1]), codec.encode_values(value[exact : t + 1]),
-                codec, True, sink_keys, sink_values,
-            )
-        )
+        exact = torch.zeros(t + 1, dtype=torch.bool)
+        exact[: calibration.sink_tokens] = True
+        exact[t // block_size * block_size:] = True
+        row_keys = torch.where(exact[:, None, None], exact_keys[: t + 1], keys[: t + 1])
+        row_values = torch.where(exact[:, None, None], exact_values[: t + 1], values[: t + 1])
+        rows.append(rotated_space_attention(query[t : t + 1], row_keys, row_values, codec, causal=True))
     return torch.cat(rows)
 
 
@@ -114,7 +115,7 @@ def test_chunked_ragged_batches_match_the_codec_reference(block_size, sink_token
     outputs = _play(rng, steps, sequences, calibration, block_size, TkvTorchPagedAttention(max_decode_group_size=2))
     for layer in range(calibration.num_layers):
         for sequence, (query, key, value) in sequences.items():
-            expected = _reference(calibration, layer, query, key, value)
+            expected = _reference(calibration, layer, block_size, query, key, value)
             torch.testing.assert_close(outputs[layer][sequence], expected, atol=1e-4, rtol=1e-4)
 
 

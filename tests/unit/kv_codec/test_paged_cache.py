@@ -22,7 +22,8 @@ def _calibration(layer_bits: tuple[tuple[int, int], ...], group_size: int = 16, 
 
 def test_layers_follow_their_own_bits_and_start_zeroed():
     calibration = _calibration(((8, 8), (4, 3), (2, 5)))
-    cache = TkvPagedKVCache(calibration, num_blocks=6, block_size=4, device="cpu", num_sink_blocks=3)
+    cache = TkvPagedKVCache(calibration, num_blocks=6, block_size=4, device="cpu", num_sink_blocks=3,
+                            num_tail_slots=5)
     for index, (key_bits, value_bits) in enumerate(calibration.layer_bits):
         layer = cache.layer(index)
         assert (layer.key_bits, layer.value_bits, layer.group_size, layer.sink_tokens) == (key_bits, value_bits, 16, 2)
@@ -32,6 +33,8 @@ def test_layers_follow_their_own_bits_and_start_zeroed():
             assert metadata.shape == (6, 4, 2, 2) and metadata.dtype == torch.float16
         for sink in (layer.key_sink, layer.value_sink):
             assert sink.shape == (3, 2, 2, 32) and sink.dtype == torch.float16
+        for tail in (layer.key_tail, layer.value_tail):
+            assert tail.shape == (5, 4, 2, 32) and tail.dtype == torch.float16
         assert torch.equal(layer.key_channel_scale, calibration.key_scales[index])
         assert torch.equal(layer.value_shift, calibration.value_shifts[index])
         assert layer.key_channel_scale.dtype == torch.float32 and layer.rotate
@@ -39,15 +42,18 @@ def test_layers_follow_their_own_bits_and_start_zeroed():
     assert all(not tensor.any() for tensor in cache.key_caches + cache.value_caches)
 
 
-def test_pool_bytes_count_every_block_and_sink_row_tensor():
+def test_pool_bytes_count_every_block_sink_row_and_tail_slot_tensor():
     calibration = _calibration(((8, 8), (4, 3), (2, 5)))
-    cache = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu", num_sink_blocks=2)
+    cache = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu", num_sink_blocks=2,
+                            num_tail_slots=3)
     total = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
     assert cache.sink_row_bytes == 3 * 2 * 2 * 2 * 32 * 2  # layers x sink tokens x K,V x heads x D x fp16
-    assert total == cache.num_bytes == cache.bytes_per_block * 5 + cache.sink_row_bytes * 2
+    assert cache.tail_slot_bytes == 3 * 8 * 2 * 2 * 32 * 2  # layers x block tokens x K,V x heads x D x fp16
+    assert total == cache.num_bytes == cache.bytes_per_block * 5 + cache.sink_row_bytes * 2 + cache.tail_slot_bytes * 3
     assert TkvPagedKVCache.bytes_per_block_for(calibration, 8) == cache.bytes_per_block
-    assert TkvPagedKVCache.num_bytes_for(calibration, 8, 5, 2) == cache.num_bytes
-    every_block = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu")  # None: all have a row
+    assert TkvPagedKVCache.num_bytes_for(calibration, 8, 5, 2, 3) == cache.num_bytes
+    every_block = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu",
+                                  num_tail_slots=1)  # None: all have a row
     assert every_block.num_sink_blocks == 5 and every_block.layer(0).key_sink.shape[0] == 5
     assert cache.transform_bytes == 3 * 4 * 2 * 32 * 4  # layers x (scale, shift of K and V) x [2, 32] fp32
 
@@ -61,22 +67,28 @@ def test_bytes_per_token_matches_the_spec_formula_without_sinks():
 
 
 def test_setting_name_names_uniform_bits_or_the_average():
-    uniform = TkvPagedKVCache(_calibration(((4, 3),) * 2), num_blocks=1, block_size=4, device="cpu")
+    uniform = TkvPagedKVCache(_calibration(((4, 3),) * 2), num_blocks=1, block_size=4, device="cpu", num_tail_slots=1)
     assert uniform.setting_name == "tkv K4V3 G16 sink2"
-    mixed = TkvPagedKVCache(_calibration(((4, 4), (3, 3))), num_blocks=1, block_size=4, device="cpu")
+    mixed = TkvPagedKVCache(_calibration(((4, 4), (3, 3))), num_blocks=1, block_size=4, device="cpu", num_tail_slots=1)
     assert mixed.setting_name.startswith("tkv 3.50 bits")
 
 
 def test_sink_larger_than_a_block_is_refused():
     with pytest.raises(InvalidArgumentError, match="sink tokens do not fit"):
-        TkvPagedKVCache(_calibration(((4, 4),), sink_tokens=8), num_blocks=2, block_size=4, device="cpu")
+        TkvPagedKVCache(_calibration(((4, 4),), sink_tokens=8), num_blocks=2, block_size=4, device="cpu",
+                        num_tail_slots=1)
+
+
+def test_no_tail_slot_is_refused():
+    with pytest.raises(InvalidArgumentError, match="num_tail_slots"):
+        TkvPagedKVCache(_calibration(((4, 4),)), num_blocks=2, block_size=4, device="cpu", num_tail_slots=0)
 
 
 @pytest.mark.parametrize("num_sink_blocks", [0, 3])
 def test_sink_rows_outside_one_to_the_block_count_are_refused(num_sink_blocks: int):
     with pytest.raises(InvalidArgumentError, match="num_sink_blocks"):
         TkvPagedKVCache(_calibration(((4, 4),)), num_blocks=2, block_size=4, device="cpu",
-                        num_sink_blocks=num_sink_blocks)
+                        num_sink_blocks=num_sink_blocks, num_tail_slots=1)
 
 
 def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():

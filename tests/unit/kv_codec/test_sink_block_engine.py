@@ -42,7 +42,8 @@ def _engine(num_blocks: int, num_sink_blocks: int | None) -> Engine:
     model = random_causal_lm(TINY_CONFIG, torch.float32, "cpu", seed=5,
                              attention_backend=select_attention_backend(ENGINE_CONFIG))
     kv_cache = TkvPagedKVCache(_calibration(), num_blocks=num_blocks, block_size=ENGINE_CONFIG.block_size,
-                               device="cpu", num_sink_blocks=num_sink_blocks)
+                               device="cpu", num_sink_blocks=num_sink_blocks,
+                               num_tail_slots=ENGINE_CONFIG.max_running_requests)
     runner, _ = build_runner(model, kv_cache, ENGINE_CONFIG, MAX_MODEL_LEN, model.model.layers[0].self_attn.backend)
     return assemble_engine(runner, TINY_CONFIG, synthetic_tokenizer(TINY_CONFIG.vocab_size), ENGINE_CONFIG,
                            MAX_MODEL_LEN)

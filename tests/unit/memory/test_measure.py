@@ -68,7 +68,7 @@ def test_tkv_codec_tensors_are_counted_as_estimated() -> None:
     shape = model_config(num_hidden_layers=3, num_key_value_heads=2, num_attention_heads=4, hidden_size=128)
     calibration = TkvCalibration.uniform("tkvfp1:test", TkvSpec(4, 4, 16, 1), shape.num_layers, shape.num_kv_heads,
                                          shape.head_dim)
-    cache = TkvPagedKVCache(calibration, num_blocks=4, block_size=16, device="cpu")
+    cache = TkvPagedKVCache(calibration, num_blocks=4, block_size=16, device="cpu", num_tail_slots=2)
     counted = codec_tensor_bytes(cache)
     assert counted == 4 * shape.num_layers * shape.num_kv_heads * shape.head_dim * 4  # scale and shift of K and V
     assert counted == codec_scratch_bytes(EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle"), shape)
