@@ -19,7 +19,13 @@ import torch
 import triton
 import triton.language as tl
 
-from arbi_kernels.checks import require_head_dim, require_same_device
+from arbi_kernels.checks import (
+    require_dtype,
+    require_head_dim,
+    require_same_device,
+    require_shape,
+    require_unit_last_stride,
+)
 
 SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
 WORD_DTYPES: dict[int, torch.dtype] = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -33,7 +39,9 @@ class TkvLayerTensors(Protocol):
     *_codes uint8 [num_blocks, block_size, Hkv, D*bits/8]; *_scale / *_zero fp16 [num_blocks, block_size, Hkv,
     D/G]; *_sink fp16 [num_sink_blocks <= num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block
     holding p, p], in the code space; a sequence's first block id is below num_sink_blocks); *_channel_scale /
-    *_shift fp32 [Hkv, D] (the calibrated transform the write applies).
+    *_shift fp32 [Hkv, D] (the calibrated transform the write applies); *_tail fp16 [num_tail_slots, block_size,
+    Hkv, D] (position p of a running sequence's last block at [its tail slot, p % block_size], in the code
+    space: the exact values of the query's own block, docs/tkv.md).
     """
 
     key_codes: torch.Tensor
@@ -44,6 +52,8 @@ class TkvLayerTensors(Protocol):
     value_zero: torch.Tensor
     key_sink: torch.Tensor
     value_sink: torch.Tensor
+    key_tail: torch.Tensor
+    value_tail: torch.Tensor
     key_bits: int
     value_bits: int
     group_size: int
@@ -94,11 +104,37 @@ def validate_tkv_layer(layer: TkvLayerTensors) -> tuple[int, int, int, int]:
     for name in ("key_sink", "value_sink"):
         _require_pool(name, getattr(layer, name), (num_sink_blocks, layer.sink_tokens, num_kv_heads, head_dim),
                       torch.float16)
+    num_tail_slots = layer.key_tail.shape[0]
+    if num_tail_slots < 1:
+        raise ValueError("key_tail: must have at least one tail slot, got 0")
+    for name in ("key_tail", "value_tail"):
+        _require_pool(name, getattr(layer, name), (num_tail_slots, layer.block_size, num_kv_heads, head_dim),
+                      torch.float16)
     for name in ("key_channel_scale", "key_shift", "value_channel_scale", "value_shift"):
         _require_pool(name, getattr(layer, name), (num_kv_heads, head_dim), torch.float32)
     require_same_device({name: getattr(layer, name) for name in TkvLayerTensors.__annotations__
                          if isinstance(getattr(layer, name), torch.Tensor)})
     return num_blocks, layer.block_size, num_kv_heads, head_dim
+
+
+def validate_exact_inputs(key_exact: torch.Tensor, value_exact: torch.Tensor, tail_slots: torch.Tensor, num_rows: int,
+                          num_seqs: int, num_kv_heads: int, head_dim: int) -> None:
+    """This step's exact code-space K/V (write_tkv_cache's result: fp16 [num_rows, Hkv, D], one stride pattern)
+    and each sequence's tail slot ([num_seqs] int32; its range is not checked, which would need a device sync)."""
+    for name, tensor in (("key_exact", key_exact), ("value_exact", value_exact)):
+        require_dtype(name, tensor, (torch.float16,))
+        require_shape(name, tensor, {"num_tokens": num_rows, "num_kv_heads": num_kv_heads, "head_dim": head_dim})
+        require_unit_last_stride(name, tensor)
+    if key_exact.stride() != value_exact.stride():
+        raise ValueError(f"value_exact: strides must equal key_exact's {key_exact.stride()}, got {value_exact.stride()}")
+    require_dtype("tail_slots", tail_slots, (torch.int32,))
+    require_shape("tail_slots", tail_slots, {"num_seqs": num_seqs})
+    require_unit_last_stride("tail_slots", tail_slots)
+
+
+def tail_tile_size(block_size: int) -> int:
+    """Rows of the one tile holding a block's exact positions (tl.dot needs at least 16)."""
+    return max(16, triton.next_power_of_2(block_size))
 
 
 def code_words(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -324,6 +360,20 @@ def load_sink_tile(sink_ptr, vectors, valid, HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
+def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head, num_kv_heads,
+                    stride_exact_token, stride_exact_head, HEAD_DIM: tl.constexpr):
+    """Exact code-space entries (fp16) of N positions: float32 [N, D] in code_channels order, each from the tail
+    pool (row tail_rows = tail_slot * block_size + offset, where from_tail) or from this step's exact buffer
+    (token row step_rows, where from_step); 0 elsewhere."""
+    dims = code_channels(HEAD_DIM)
+    tail_vectors = tail_rows * num_kv_heads + kv_head
+    tail = tl.load(tail_ptr + tail_vectors[:, None] * HEAD_DIM + dims[None, :], mask=from_tail[:, None], other=0.0)
+    step_offsets = step_rows[:, None] * stride_exact_token + kv_head * stride_exact_head + dims[None, :]
+    step = tl.load(exact_ptr + step_offsets, mask=from_step[:, None], other=0.0)
+    return tl.where(from_tail[:, None], tail, step).to(tl.float32)
+
+
+@triton.jit
 def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr,
                 TRANSPOSED_DOTS: tl.constexpr = False):
     """The score half of a flash-attention update (see attention_core.online_softmax_step): returns the new
@@ -337,6 +387,13 @@ def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PREC
         scores = tl.trans(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION))  # [M, N], log2 units
     else:
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [M, N], log2 units (q is pre-scaled)
+    return online_softmax_update(scores, visible, m_i, l_i, acc, APPLY_MASK)
+
+
+@triton.jit
+def online_softmax_update(scores, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr):
+    """Fold scores [M, N] (log2 units; -inf where not `visible` if APPLY_MASK) into the running max and sum:
+    returns the new (m_i, l_i), acc rescaled, and the weights p [M, N]."""
     if APPLY_MASK:
         scores = tl.where(visible, scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # [M]

@@ -6,7 +6,10 @@ GQA group's query heads are the rows of one tile, and partial results (normalize
 several splits are combined by the bf16 path's merge kernel. What differs is what a tile reads: K and V codes
 (bits/8 bytes per channel) plus fp16 group scales and zeros, decoded as zero + code * scale into the compute
 dtype right before the dot; positions below sink_tokens are one extra tile read from the fp16 sink pool by
-whichever split holds them. q' arrives pre-rotated and divided by s_k, the output stays in the value code space.
+whichever split holds them, and the sequence's last block (the query's own, at or after sink_tokens) one more,
+exact (docs/tkv.md): its earlier positions from the sequence's tail slot, the new token from this step's exact
+buffer, read by the split holding the block's first such position; the coded tiles stop at that block's start.
+q' arrives pre-rotated and divided by s_k, the output stays in the value code space.
 """
 
 from __future__ import annotations
@@ -37,18 +40,23 @@ from arbi_kernels.decode_attention import (
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
     TkvLayerTensors,
+    accumulate_values,
     attend_coded_tile,
     attend_decoded_tile,
     attend_sink_tile,
+    attend_tile,
     code_channels,
     compute_precision,
     load_coded_vectors,
+    load_exact_rows,
     nibble_pair_view,
     packed_code_view,
     paged_slots,
     require_compute_dtype,
     sink_tile_size,
+    tail_tile_size,
     triton_dtype,
+    validate_exact_inputs,
     validate_tkv_layer,
 )
 
@@ -106,20 +114,45 @@ DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed
 context (bench_tkv.py --decode-only, 2026-11-29): 1.04 ms, where the first kernel took 1.33 ms and bf16 1.06 ms."""
 
 
+@triton.jit
+def _attend_own_block_tile(q, seq, seq_len, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc,
+                           key_tail_ptr, value_tail_ptr, key_exact_ptr, value_exact_ptr,
+                           stride_exact_token, stride_exact_head, SINK_TOKENS: tl.constexpr, TAIL_PAD: tl.constexpr,
+                           HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                           TRANSPOSED_DOTS: tl.constexpr):
+    """Fold the positions of the sequence's last block at or after SINK_TOKENS, exact, into (m_i, l_i, acc): the
+    new token (position seq_len - 1) from row `seq` of the step's exact buffers, the others from the tail."""
+    offsets = tl.arange(0, TAIL_PAD)
+    positions = (seq_len - 1) // PAGE_SIZE * PAGE_SIZE + offsets
+    exact = (offsets < PAGE_SIZE) & (positions >= SINK_TOKENS) & (positions < seq_len)
+    from_step = exact & (positions == seq_len - 1)
+    from_tail = exact & (positions < seq_len - 1)
+    tail_rows = tl.load(tail_slots_ptr + seq).to(tl.int64) * PAGE_SIZE + offsets
+    step_rows = tl.zeros([TAIL_PAD], dtype=tl.int64) + seq
+    k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), exact[None, :], m_i, l_i, acc, True, DOT_PRECISION,
+                                   TRANSPOSED_DOTS)
+    v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)
+
+
 @triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
 def _tkv_decode_partition_kernel(
-    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
-    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr,
-    block_tables_ptr, seq_lens_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
+    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
+    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
+    block_tables_ptr, seq_lens_ptr, tail_slots_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     qk_scale, group_size, tokens_per_split, num_kv_heads,
-    stride_q_seq, stride_q_head, stride_bt_seq,
+    stride_q_seq, stride_q_head, stride_bt_seq, stride_exact_token, stride_exact_head,
     stride_out_seq, stride_out_head,
     stride_po_seq, stride_po_head, stride_po_split,
     stride_pl_seq, stride_pl_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
-    SINK_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr, USE_PDL: tl.constexpr,
+    SINK_PAD: tl.constexpr, TAIL_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0)
@@ -151,27 +184,36 @@ def _tkv_decode_partition_kernel(
                 q, tokens, in_sink[None, :], in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, TRANSPOSED_DOTS,
             )
+    own_block_start = tl.maximum(seq_len - 1, 0) // PAGE_SIZE * PAGE_SIZE  # the last block: exact, not coded
+    first_exact = tl.maximum(own_block_start, SINK_TOKENS)
+    if (split_start <= first_exact) & (first_exact < split_end):  # this split holds the block's first exact position
+        m_i, l_i, acc = _attend_own_block_tile(
+            q, seq, seq_len, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc, key_tail_ptr, value_tail_ptr,
+            key_exact_ptr, value_exact_ptr, stride_exact_token, stride_exact_head, SINK_TOKENS, TAIL_PAD, HEAD_DIM,
+            PAGE_SIZE, DOT_PRECISION, TRANSPOSED_DOTS,
+        )
+    coded_end = tl.minimum(split_end, own_block_start)
 
     if PREFETCH:  # tile t+1's codes, scales and zeros load while tile t decodes; block ids two tiles ahead
         tokens = split_start + tl.arange(0, BLOCK_N)
-        coded = (tokens < split_end) & (tokens >= SINK_TOKENS)
+        coded = (tokens < coded_end) & (tokens >= SINK_TOKENS)
         vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
         key_words, key_scale, key_zero = load_coded_vectors(
             key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP, MASK_WORDS)
         value_words, value_scale, value_zero = load_coded_vectors(
             value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
-        next_vectors = paged_slots(block_table_row, tokens + BLOCK_N, tokens + BLOCK_N < split_end,
+        next_vectors = paged_slots(block_table_row, tokens + BLOCK_N, tokens + BLOCK_N < coded_end,
                                    PAGE_SIZE) * num_kv_heads + kv_head
-        for _ in range(split_start, split_end, BLOCK_N):
+        for _ in range(split_start, coded_end, BLOCK_N):
             next_tokens = tokens + BLOCK_N
-            next_coded = (next_tokens < split_end) & (next_tokens >= SINK_TOKENS)
+            next_coded = (next_tokens < coded_end) & (next_tokens >= SINK_TOKENS)
             next_key_words, next_key_scale, next_key_zero = load_coded_vectors(
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, next_vectors, next_coded, KEY_BITS, HEAD_DIM, GROUP,
                 MASK_WORDS)
             next_value_words, next_value_scale, next_value_zero = load_coded_vectors(
                 value_codes_ptr, value_scale_ptr, value_zero_ptr, next_vectors, next_coded, VALUE_BITS, HEAD_DIM,
                 GROUP, MASK_WORDS)
-            next_vectors = paged_slots(block_table_row, next_tokens + BLOCK_N, next_tokens + BLOCK_N < split_end,
+            next_vectors = paged_slots(block_table_row, next_tokens + BLOCK_N, next_tokens + BLOCK_N < coded_end,
                                        PAGE_SIZE) * num_kv_heads + kv_head
             m_i, l_i, acc = attend_decoded_tile(
                 q, coded[None, :], key_words, key_scale, key_zero, value_words, value_scale, value_zero,
@@ -181,9 +223,9 @@ def _tkv_decode_partition_kernel(
             key_words, key_scale, key_zero = next_key_words, next_key_scale, next_key_zero
             value_words, value_scale, value_zero = next_value_words, next_value_scale, next_value_zero
     else:
-        for tile_start in range(split_start, split_end, BLOCK_N):
+        for tile_start in range(split_start, coded_end, BLOCK_N):
             tokens = tile_start + tl.arange(0, BLOCK_N)
-            coded = (tokens < split_end) & (tokens >= SINK_TOKENS)
+            coded = (tokens < coded_end) & (tokens >= SINK_TOKENS)
             m_i, l_i, acc = attend_coded_tile(
                 q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
@@ -214,6 +256,9 @@ def tkv_paged_decode_attention(
     layer: TkvLayerTensors,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
+    tail_slots: torch.Tensor,
+    key_exact: torch.Tensor,
+    value_exact: torch.Tensor,
     softmax_scale: float,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
@@ -221,12 +266,14 @@ def tkv_paged_decode_attention(
     compute_dtype: torch.dtype = torch.float16,
 ) -> torch.Tensor:
     """Attention acc [B, Hq, D] (float32, value code space) of q' [B, Hq, D] over each sequence's first
-    seq_lens[b] positions of `layer`'s TKV pools (the new token already written by write_tkv_cache).
+    seq_lens[b] positions of `layer`'s TKV pools (the new token already written by write_tkv_cache), the
+    sequence's last block read exact (docs/tkv.md): tail_slots [B] int32 names each sequence's tail slot,
+    key_exact / value_exact fp16 [B, Hkv, D] (write_tkv_cache's result) hold row b's new token.
 
     query: q' = (H q) / s_k in float32, float16 or bfloat16; block_tables [B, max_blocks] int32; seq_lens [B]
-    int32 (0 gives a zero row). max_seq_len / num_splits: as paged_decode_attention (pass both to make no host
-    sync, e.g. under a CUDA graph), except that num_splits=None picks choose_tkv_num_splits. tiles: the launch
-    shape (TkvDecodeTiles; bench_tkv.py --sweep and --decode-only time others).
+    int32 (0 gives a zero row and reads nothing). max_seq_len / num_splits: as paged_decode_attention (pass both
+    to make no host sync, e.g. under a CUDA graph), except that num_splits=None picks choose_tkv_num_splits.
+    tiles: the launch shape (TkvDecodeTiles; bench_tkv.py --sweep and --decode-only time others).
     compute_dtype: the dtype decoded tiles and q' enter the dots in (float16: tensor cores, float32: exact
     products, slow).
     """
@@ -244,7 +291,9 @@ def tkv_paged_decode_attention(
     require_shape("block_tables", block_tables, {"num_seqs": num_seqs, "max_blocks_per_seq": None})
     require_unit_last_stride("block_tables", block_tables)
     require_positive_scale("softmax_scale", softmax_scale)
-    require_same_device({"query": query, "layer": layer.key_codes, "block_tables": block_tables, "seq_lens": seq_lens})
+    validate_exact_inputs(key_exact, value_exact, tail_slots, num_seqs, num_seqs, num_kv_heads, head_dim)
+    require_same_device({"query": query, "layer": layer.key_codes, "block_tables": block_tables, "seq_lens": seq_lens,
+                         "tail_slots": tail_slots, "key_exact": key_exact, "value_exact": value_exact})
     output = torch.empty(query.shape, dtype=torch.float32, device=query.device)
     if num_seqs == 0:
         return output
@@ -269,17 +318,19 @@ def tkv_paged_decode_attention(
     )
     _tkv_decode_partition_kernel[(num_seqs, num_kv_heads, num_splits)](
         query, _code_view(layer.key_codes, layer.key_bits, tiles, compute_dtype), layer.key_scale, layer.key_zero,
-        layer.key_sink, _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_scale,
-        layer.value_zero, layer.value_sink,
-        block_tables, seq_lens, output, partial_out, partial_lse,
+        layer.key_sink, layer.key_tail, key_exact,
+        _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_scale, layer.value_zero,
+        layer.value_sink, layer.value_tail, value_exact,
+        block_tables, seq_lens, tail_slots, output, partial_out, partial_lse,
         softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
-        query.stride(0), query.stride(1), block_tables.stride(0),
+        query.stride(0), query.stride(1), block_tables.stride(0), key_exact.stride(0), key_exact.stride(1),
         output.stride(0), output.stride(1),
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
-        GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        TAIL_PAD=tail_tile_size(page_size), GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)),
+        HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
         DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
         TRANSPOSED_DOTS=tiles.transposed_dots, num_warps=tiles.num_warps,

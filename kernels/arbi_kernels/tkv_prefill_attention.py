@@ -1,12 +1,15 @@
 """Paged prefill/extend attention over a TKV cache: the new tokens of a varlen batch attend causally to their
-cached prefix and to each other, every key and value decoded from its codes in registers.
+cached prefix and to each other, keys and values decoded from their codes in registers, except that a query
+reads the keys of its own block (at or after sink_tokens) exact (docs/tkv.md): this step's tokens from the exact
+buffers write_tkv_cache returns, the block's earlier ones from the sequence's tail slot.
 
 The launch mirrors the bf16 kernel (prefill_attention.py): a program takes BLOCK_M consecutive new q' rows of
 one sequence and one query head. Its tiles come in three runs: the sink prefix (positions below sink_tokens,
-from the fp16 sink pool, causally masked), the coded tiles wholly before the program's first query (no mask,
-except the first tiles where they overlap the sink prefix), and the coded tiles up to the diagonal (causal
-mask). Rows never see an all-masked first tile: the sink tile shows every row position 0, and without sinks
-the first masked tile starts at a key every row may see. The new tokens must already be written.
+from the fp16 sink pool, causally masked), the coded tiles wholly before the own block of the program's first
+query (no mask, so no row's own key among them; masked where they overlap the sink prefix), and the tiles up to
+the diagonal (causal mask), where each key is scored and summed both decoded and exact and every row takes the
+one its block asks for. Rows never see an all-masked first tile: the sink tile shows every row position 0, and
+without sinks the first masked tile starts at a key every row may see. The new tokens must already be written.
 """
 
 from __future__ import annotations
@@ -26,14 +29,21 @@ from arbi_kernels.checks import (
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_core import (
     TkvLayerTensors,
+    accumulate_values,
     attend_coded_tile,
     attend_sink_tile,
     code_channels,
     compute_precision,
+    decode_vectors,
+    load_coded_vectors,
+    load_exact_rows,
+    online_softmax_update,
     packed_code_view,
+    paged_slots,
     require_compute_dtype,
     sink_tile_size,
     triton_dtype,
+    validate_exact_inputs,
     validate_tkv_layer,
 )
 
@@ -54,13 +64,54 @@ def prefill_sink_tile_size(sink_tokens: int, tiles: PrefillTiles) -> int:
     return max(sink_tile_size(sink_tokens), tiles.block_n)
 
 
+@triton.jit
+def _attend_causal_tile(
+    q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row, kv_head,
+    num_kv_heads, m_i, l_i, acc,
+    key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr, key_exact_ptr,
+    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
+    stride_exact_token, stride_exact_head,
+    KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Fold the positions `keys` (where `coded`: at or after sink_tokens and before seq_len) into (m_i, l_i, acc),
+    where `visible` [M, N]: a key in a row's own block at or after exact_start is scored and summed with its
+    exact K and V (from this step's buffers at or after prefix_len, from the tail before), any other decoded."""
+    vectors = paged_slots(block_table_row, keys, coded, PAGE_SIZE) * num_kv_heads + kv_head
+    exact = coded & (keys >= exact_start)  # keys some row of the program reads exact
+    from_tail = exact & (keys < prefix_len)
+    from_step = exact & (keys >= prefix_len)
+    tail_rows = tail_slot * PAGE_SIZE + keys % PAGE_SIZE
+    step_rows = (q_begin + keys - prefix_len).to(tl.int64)
+    own = exact[None, :] & (keys[None, :] // PAGE_SIZE == q_positions[:, None] // PAGE_SIZE)  # [M, N]
+
+    words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
+                                            HEAD_DIM, GROUP)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
+    coded_scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM).to(q.dtype)
+    exact_scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    m_i, l_i, acc, p = online_softmax_update(tl.where(own, exact_scores, coded_scores), visible, m_i, l_i, acc,
+                                             True)
+
+    words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
+                                            VALUE_BITS, HEAD_DIM, GROUP)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
+    acc = accumulate_values(acc, tl.where(own, 0.0, p), v, DOT_PRECISION)
+    v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM).to(q.dtype)
+    return m_i, l_i, accumulate_values(acc, tl.where(own, p, 0.0), v, DOT_PRECISION)
+
+
 @triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
 def _tkv_prefill_kernel(
-    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
-    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr,
-    block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
+    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
+    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
+    block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, tail_slots_ptr, out_ptr,
     qk_scale, group_size, num_kv_heads,
-    stride_q_token, stride_q_head, stride_bt_seq, stride_out_token, stride_out_head,
+    stride_q_token, stride_q_head, stride_bt_seq, stride_out_token, stride_out_head, stride_exact_token,
+    stride_exact_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -95,6 +146,9 @@ def _tkv_prefill_kernel(
     offsets_n = tl.arange(0, BLOCK_N)
 
     first_query = prefix_len + tile_first_row
+    own_block_start = first_query // PAGE_SIZE * PAGE_SIZE  # no row of the program reads a key before it exact
+    exact_start = tl.maximum(own_block_start, SINK_TOKENS)
+    tail_slot = tl.load(tail_slots_ptr + seq).to(tl.int64)
     coded_start = 0
     if SINK_TOKENS > 0:
         tokens = tl.arange(0, SINK_PAD)
@@ -110,14 +164,16 @@ def _tkv_prefill_kernel(
             keys = tile_start + offsets_n
             coded = (keys >= SINK_TOKENS) & (keys < seq_len)
             visible = coded[None, :] & (keys[None, :] <= q_positions[:, None])
-            m_i, l_i, acc = attend_coded_tile(
-                q, keys, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-                key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            m_i, l_i, acc = _attend_causal_tile(
+                q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row,
+                kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr,
+                key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
+                stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE,
+                DOT_PRECISION,
             )
 
-    # Whole tiles before the first query are visible to every row: no mask.
-    unmasked_end = tl.maximum((first_query // BLOCK_N) * BLOCK_N, coded_start)
+    # Whole tiles before the first query's own block are visible to every row and coded for every row: no mask.
+    unmasked_end = tl.maximum((own_block_start // BLOCK_N) * BLOCK_N, coded_start)
     for tile_start in range(coded_start, unmasked_end, BLOCK_N):
         keys = tile_start + offsets_n
         m_i, l_i, acc = attend_coded_tile(
@@ -132,10 +188,11 @@ def _tkv_prefill_kernel(
         keys = tile_start + offsets_n
         coded = keys < seq_len
         visible = (keys[None, :] <= q_positions[:, None]) & coded[None, :]  # [BLOCK_M, BLOCK_N]
-        m_i, l_i, acc = attend_coded_tile(
-            q, keys, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-            key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-            True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+        m_i, l_i, acc = _attend_causal_tile(
+            q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row,
+            kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr,
+            key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
+            stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
         )
 
     output = acc / l_i[:, None]
@@ -149,6 +206,9 @@ def tkv_paged_prefill_attention(
     block_tables: torch.Tensor,
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
+    tail_slots: torch.Tensor,
+    key_exact: torch.Tensor,
+    value_exact: torch.Tensor,
     softmax_scale: float,
     max_query_len: int | None = None,
     tiles: PrefillTiles | None = None,
@@ -158,7 +218,9 @@ def tkv_paged_prefill_attention(
 
     query_start_loc: [B+1] int32 offsets of each sequence's new tokens; seq_lens: [B] int32 context length
     after this step; block_tables [B, max_blocks] int32. The new tokens' K/V must already be written
-    (write_tkv_cache). max_query_len: an upper bound on new tokens per sequence (None reads it: a device sync).
+    (write_tkv_cache), its result key_exact / value_exact fp16 [T, Hkv, D] holding their exact code-space values;
+    tail_slots [B] int32: each sequence's tail slot, holding its earlier positions of the block the step starts in
+    (store_tkv_tail, run after this kernel). max_query_len: an upper bound on new tokens per sequence (None reads it: a device sync).
     tiles: None takes default_tkv_prefill_tiles(head_dim). compute_dtype: as tkv_paged_decode_attention.
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
@@ -178,8 +240,10 @@ def tkv_paged_prefill_attention(
                          ("block_tables", block_tables)):
         require_unit_last_stride(name, tensor)
     require_positive_scale("softmax_scale", softmax_scale)
+    validate_exact_inputs(key_exact, value_exact, tail_slots, num_tokens, num_seqs, num_kv_heads, head_dim)
     require_same_device({"query": query, "layer": layer.key_codes, "block_tables": block_tables,
-                         "query_start_loc": query_start_loc, "seq_lens": seq_lens})
+                         "query_start_loc": query_start_loc, "seq_lens": seq_lens, "tail_slots": tail_slots,
+                         "key_exact": key_exact, "value_exact": value_exact})
     output = torch.empty(query.shape, dtype=torch.float32, device=query.device)
     if num_tokens == 0 or num_seqs == 0:
         return output
@@ -194,10 +258,13 @@ def tkv_paged_prefill_attention(
     grid = (triton.cdiv(max_query_len, tiles.block_m), num_seqs, num_heads)
     _tkv_prefill_kernel[grid](
         query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        layer.key_tail, key_exact,
         packed_code_view(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
-        block_tables, query_start_loc, seq_lens, output,
+        layer.value_tail, value_exact,
+        block_tables, query_start_loc, seq_lens, tail_slots, output,
         softmax_scale * LOG2_E, num_heads // num_kv_heads, num_kv_heads,
         query.stride(0), query.stride(1), block_tables.stride(0), output.stride(0), output.stride(1),
+        key_exact.stride(0), key_exact.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=prefill_sink_tile_size(layer.sink_tokens, tiles), HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,

@@ -1,9 +1,12 @@
 """Torch references for the TKV kernels, built on arbi_grpc.kv_codec's own encoder and decoder, so that any
 change to the codec shows up as a kernel mismatch. Float32, slow, obvious.
 
-The attention references read the same paged pools as the kernels: a context position p < sink_tokens comes
-from the sink pool, every other one is decoded from its codes; queries are already in the key code space (q')
-and outputs stay in the value code space (acc), as the kernels' contract says (docs/tkv.md, "Engine integration").
+The attention references read the same paged pools as the kernels, by the rule of docs/tkv.md: for a query at
+position p, a key position j < sink_tokens comes from the sink pool; one in p's own block (j // block_size ==
+p // block_size) is exact: from the step's exact buffer (write_tkv_cache's result) at or after the sequence's
+prefix_len, from its tail slot before; every other one is decoded from its codes. Queries are already in the key
+code space (q') and outputs stay in the value code space (acc), as the kernels' contract says (docs/tkv.md,
+"Engine integration").
 """
 
 from __future__ import annotations
@@ -37,21 +40,46 @@ def write_tkv_cache_reference(
     positions: torch.Tensor,
     slot_mapping: torch.Tensor,
     layer: TkvLayerTensors,
-) -> None:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Encode key/value [T, Hkv, D] with the codec into their slots; positions < sink_tokens also fill the sink
-    pool with the code-space vector (H x - m) * s. A negative slot skips the token."""
+    pool with the code-space vector (H x - m) * s. A negative slot skips the token. Returns (key_exact,
+    value_exact): fp16 [T, Hkv, D], each kept token's code-space vector (zeros for skipped ones)."""
     codec = layer_codec(layer)
     kept = slot_mapping >= 0
     slots, kept_positions = slot_mapping[kept], positions[kept]
     is_sink = kept_positions < layer.sink_tokens
     sink_index = (slots[is_sink] // layer.block_size, kept_positions[is_sink])  # [block holding p, p]
+    exact = []
     for kind, tokens, transform in (("key", key[kept], codec.keys), ("value", value[kept], codec.values)):
         encoded = codec.encode_keys(tokens) if kind == "key" else codec.encode_values(tokens)
         getattr(layer, f"{kind}_codes").flatten(0, 1)[slots] = encoded.codes
         getattr(layer, f"{kind}_scale").flatten(0, 1)[slots] = encoded.scale
         getattr(layer, f"{kind}_zero").flatten(0, 1)[slots] = encoded.zero
-        code_space = transform.forward(codec.into_rotated_space(tokens.float()))  # [T', Hkv, D]
-        getattr(layer, f"{kind}_sink")[sink_index] = code_space[is_sink].to(torch.float16)
+        code_space = transform.forward(codec.into_rotated_space(tokens.float())).to(torch.float16)  # [T', Hkv, D]
+        getattr(layer, f"{kind}_sink")[sink_index] = code_space[is_sink]
+        rows = torch.zeros(key.shape, dtype=torch.float16, device=key.device)
+        rows[kept] = code_space
+        exact.append(rows)
+    return exact[0], exact[1]
+
+
+def store_tkv_tail_reference(
+    key_exact: torch.Tensor,
+    value_exact: torch.Tensor,
+    layer: TkvLayerTensors,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    tail_slots: torch.Tensor,
+) -> None:
+    """Copy each step token in its sequence's last block (position p) to [its tail slot, p % block_size]."""
+    starts = query_start_loc.tolist()
+    for seq, (seq_len, slot) in enumerate(zip(seq_lens.tolist(), tail_slots.tolist())):
+        prefix_len = seq_len - (starts[seq + 1] - starts[seq])
+        last_block_start = (seq_len - 1) // layer.block_size * layer.block_size
+        for position in range(max(last_block_start, prefix_len), seq_len):
+            row = starts[seq] + position - prefix_len
+            layer.key_tail[slot, position % layer.block_size] = key_exact[row]
+            layer.value_tail[slot, position % layer.block_size] = value_exact[row]
 
 
 def _context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -72,24 +100,51 @@ def _context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch
     return context
 
 
+def _with_own_block_exact(context: torch.Tensor, layer: TkvLayerTensors, kind: str, position: int,
+                          prefix_len: int, first_row: int, exact: torch.Tensor, tail_slot: int) -> torch.Tensor:
+    """The context [0, position] of the query at `position`, its own block's positions at or after sink_tokens
+    replaced by their exact values: this step's (row first_row + j - prefix_len of `exact`) from prefix_len on,
+    the tail slot's before."""
+    context = context[: position + 1].clone()
+    for j in range(max(position // layer.block_size * layer.block_size, layer.sink_tokens), position + 1):
+        if j >= prefix_len:
+            context[j] = exact[first_row + j - prefix_len].float()
+        else:
+            context[j] = getattr(layer, f"{kind}_tail")[tail_slot, j % layer.block_size].float()
+    return context
+
+
 def tkv_paged_prefill_attention_reference(
     query: torch.Tensor,
     layer: TkvLayerTensors,
     block_tables: torch.Tensor,
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
+    tail_slots: torch.Tensor,
+    key_exact: torch.Tensor,
+    value_exact: torch.Tensor,
     softmax_scale: float,
 ) -> torch.Tensor:
-    """Causal attention of q' [T, Hq, D] over the paged TKV context; fp32 [T, Hq, D] in the value code space."""
+    """Causal attention of q' [T, Hq, D] over the paged TKV context, each query's own block exact; fp32
+    [T, Hq, D] in the value code space."""
     output = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
     starts = query_start_loc.tolist()
-    for seq, seq_len in enumerate(seq_lens.tolist()):
+    for seq, (seq_len, tail_slot) in enumerate(zip(seq_lens.tolist(), tail_slots.tolist())):
         begin, end = starts[seq], starts[seq + 1]
         if end == begin:
             continue
+        prefix_len = seq_len - (end - begin)
         keys = _context_in_code_space(layer, "key", block_tables[seq], seq_len)
         values = _context_in_code_space(layer, "value", block_tables[seq], seq_len)
-        output[begin:end] = _causal_attention(query[begin:end], keys, values, softmax_scale)
+        for row in range(begin, end):
+            position = prefix_len + row - begin
+            own = (position, prefix_len, begin)
+            output[row] = _causal_attention(
+                query[row : row + 1],
+                _with_own_block_exact(keys, layer, "key", *own, key_exact, tail_slot),
+                _with_own_block_exact(values, layer, "value", *own, value_exact, tail_slot),
+                softmax_scale,
+            )[0]
     return output
 
 
@@ -98,14 +153,20 @@ def tkv_paged_decode_attention_reference(
     layer: TkvLayerTensors,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
+    tail_slots: torch.Tensor,
+    key_exact: torch.Tensor,
+    value_exact: torch.Tensor,
     softmax_scale: float,
 ) -> torch.Tensor:
-    """One q' per sequence ([B, Hq, D], at position seq_len - 1); fp32 [B, Hq, D], zeros where seq_len is 0."""
+    """One q' per sequence ([B, Hq, D], at position seq_len - 1, its exact K/V in row b of key_exact /
+    value_exact), its own block exact; fp32 [B, Hq, D], zeros where seq_len is 0."""
     output = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
+    one_query = torch.tensor([0, 1], dtype=torch.int32, device=query.device)
     for seq, seq_len in enumerate(seq_lens.tolist()):
-        if seq_len == 0:
-            continue
-        keys = _context_in_code_space(layer, "key", block_tables[seq], seq_len)
-        values = _context_in_code_space(layer, "value", block_tables[seq], seq_len)
-        output[seq] = _causal_attention(query[seq : seq + 1], keys, values, softmax_scale)[0]
+        if seq_len > 0:
+            row = slice(seq, seq + 1)
+            output[row] = tkv_paged_prefill_attention_reference(
+                query[row], layer, block_tables[row], one_query, seq_lens[row], tail_slots[row], key_exact[row],
+                value_exact[row], softmax_scale,
+            )
     return output

@@ -4,6 +4,9 @@ A layer gets random calibration transforms (positive channel scales, shifts) and
 so every unread slot holds garbage; a batch then encodes random model-space K/V for every context position of
 its sequences through the codec's torch reference, over random non-contiguous block tables. Keys carry a few
 large constant channels, as post-RoPE keys do, and each sequence's first token is an outlier (the sink).
+Each sequence gets its own random tail slot among more slots than sequences, holding the exact code-space
+values of its pre-step positions in the block the step starts in (what store_tkv_tail left there); the
+step's own tokens come with their exact buffers, as write_tkv_cache returns them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import torch
 from arbi_grpc.kv_codec.packing import unpack_codes
 from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
 from arbi_kernels.testing import BatchShape, random_paged_batch
-from arbi_kernels.tkv_reference import write_tkv_cache_reference
+from arbi_kernels.tkv_reference import (
+    store_tkv_tail_reference,
+    write_tkv_cache_reference,
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,9 @@ class TkvBatch:
     block_tables: torch.Tensor  # [B, max_blocks] int32
     query_start_loc: torch.Tensor  # [B + 1] int32
     seq_lens: torch.Tensor  # [B] int32
+    tail_slots: torch.Tensor  # [B] int32, distinct, not the row indices in general
+    key_exact: torch.Tensor  # [T, Hkv, D] fp16: the step tokens' code-space keys
+    value_exact: torch.Tensor  # [T, Hkv, D] fp16
     softmax_scale: float
 
 
@@ -51,9 +60,9 @@ def _randn(size: tuple[int, ...], generator: torch.Generator, device: torch.devi
 
 
 def random_tkv_layer(
-    shape: TkvShape, num_blocks: int, device: torch.device | str, generator: torch.Generator
+    shape: TkvShape, num_blocks: int, device: torch.device | str, generator: torch.Generator, num_tail_slots: int = 1
 ) -> TkvLayerStorage:
-    """A layer with random transforms whose pools hold finite noise (codes, scales, zeros and sinks)."""
+    """A layer with random transforms whose pools hold finite noise (codes, scales, zeros, sinks and tails)."""
     heads, dim, group = shape.num_kv_heads, shape.head_dim, shape.group_size
     slots = (num_blocks, shape.page_size, heads)
 
@@ -68,13 +77,17 @@ def random_tkv_layer(
     def noise_sink() -> torch.Tensor:
         return _randn((num_blocks, shape.sink_tokens, heads, dim), generator, device).to(torch.float16)
 
+    def noise_tail() -> torch.Tensor:
+        return _randn((num_tail_slots, shape.page_size, heads, dim), generator, device).to(torch.float16)
+
     def channel_scale() -> torch.Tensor:
         return torch.exp(0.3 * _randn((heads, dim), generator, device))
 
     return TkvLayerStorage(
         key_codes=noise_codes(shape.key_bits), key_scale=noise_metadata(0.01, 0.2), key_zero=noise_metadata(-3, 0),
         value_codes=noise_codes(shape.value_bits), value_scale=noise_metadata(0.01, 0.2),
-        value_zero=noise_metadata(-3, 0), key_sink=noise_sink(), value_sink=noise_sink(),
+        value_zero=noise_metadata(-3, 0), key_sink=noise_sink(), value_sink=noise_sink(), key_tail=noise_tail(),
+        value_tail=noise_tail(),
         key_bits=shape.key_bits, value_bits=shape.value_bits, group_size=group, sink_tokens=shape.sink_tokens,
         block_size=shape.page_size, rotate=shape.rotate,
         key_channel_scale=channel_scale(), key_shift=0.5 * _randn((heads, dim), generator, device),
@@ -100,6 +113,21 @@ def positions_of_slots(slots: torch.Tensor, page_size: int, generator: torch.Gen
     return slots.clamp_min(0) % page_size + pages * page_size
 
 
+SPARE_TAIL_SLOTS = 3
+
+
+def _write_positions(layer: TkvLayerStorage, block_tables: torch.Tensor, sequences: list[int],
+                     positions: list[int], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encode random K/V at (sequence, position) pairs with the codec; returns their exact buffers [N, Hkv, D]."""
+    device = block_tables.device
+    position_tensor = torch.tensor(positions, dtype=torch.int64, device=device)
+    sequence_tensor = torch.tensor(sequences, dtype=torch.int64, device=device)
+    block_ids = block_tables.long()[sequence_tensor, position_tensor // layer.block_size]
+    keys, values = random_model_space_kv(position_tensor, layer.num_kv_heads, layer.head_dim, device, generator)
+    slots = block_ids * layer.block_size + position_tensor % layer.block_size
+    return write_tkv_cache_reference(keys, values, position_tensor, slots, layer)
+
+
 def random_tkv_batch(
     shape: TkvShape,
     query_lens: list[int],
@@ -107,20 +135,34 @@ def random_tkv_batch(
     device: torch.device | str,
     generator: torch.Generator,
 ) -> TkvBatch:
-    """Sequence b has seq_lens[b] encoded positions, the last query_lens[b] of which are its queries."""
+    """Sequence b has seq_lens[b] encoded positions, the last query_lens[b] of which are this step's tokens
+    (rows query_start_loc[b].. of the exact buffers); its tail slot holds its exact pre-step positions of the block
+    holding position seq_len - query_len - 1, as the previous step's store_tkv_tail left them."""
     paged = random_paged_batch(
         BatchShape(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.page_size, torch.float32),
         query_lens, seq_lens, device, generator,
     )
-    layer = random_tkv_layer(shape, paged.key_cache.shape[0], device, generator)
-    positions = torch.cat([torch.arange(length) for length in seq_lens]).to(device)  # [sum(seq_lens)]
-    sequences = torch.repeat_interleave(torch.arange(len(seq_lens)), torch.tensor(seq_lens)).to(device)
-    block_ids = paged.block_tables.long()[sequences, positions // shape.page_size]
-    keys, values = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, device, generator)
-    write_tkv_cache_reference(keys, values, positions, block_ids * shape.page_size + positions % shape.page_size, layer)
+    num_seqs = len(seq_lens)
+    layer = random_tkv_layer(shape, paged.key_cache.shape[0], device, generator, num_seqs + SPARE_TAIL_SLOTS)
+    tail_slots = torch.randperm(num_seqs + SPARE_TAIL_SLOTS, generator=generator, device=generator.device)[:num_seqs]
+    tail_slots = tail_slots.to(device=device, dtype=torch.int32)
+    prefix_lens = [seq_len - query_len for query_len, seq_len in zip(query_lens, seq_lens)]
+    earlier = [(seq, position) for seq, prefix_len in enumerate(prefix_lens) for position in range(prefix_len)]
+    if earlier:
+        exact = _write_positions(layer, paged.block_tables, *map(list, zip(*earlier)), generator)
+        earlier_starts = torch.tensor([0, *prefix_lens], device=device).cumsum(0).to(torch.int32)
+        store_tkv_tail_reference(*exact, layer, earlier_starts, torch.tensor(prefix_lens, device=device), tail_slots)
+    step = [(seq, position) for seq, (prefix_len, seq_len) in enumerate(zip(prefix_lens, seq_lens))
+            for position in range(prefix_len, seq_len)]
+    if step:
+        key_exact, value_exact = _write_positions(layer, paged.block_tables, *map(list, zip(*step)), generator)
+    else:
+        key_exact = value_exact = torch.zeros((0, shape.num_kv_heads, shape.head_dim), dtype=torch.float16,
+                                              device=device)
     return TkvBatch(
         query=paged.query, layer=layer, block_tables=paged.block_tables, query_start_loc=paged.query_start_loc,
-        seq_lens=paged.seq_lens, softmax_scale=paged.softmax_scale,
+        seq_lens=paged.seq_lens, tail_slots=tail_slots, key_exact=key_exact, value_exact=value_exact,
+        softmax_scale=paged.softmax_scale,
     )
 
 

@@ -6,8 +6,10 @@ down from the minimum and an fp16 step rounded up from (max - zero) / (2^bits - 
 codes round((z - zero) / step) half to even, then REFIT_ROUNDS least-squares refits kept where they lower the
 group's squared error; codes densely packed. Every rounding is torch's (IEEE division, no FMA contraction);
 only the order of the refit's sums differs, so a near-tie can rarely pick the other, equally good, encoding.
-Positions below `sink_tokens` also store z itself (fp16) in the sink pool. One program encodes BLOCK_T tokens
-of one kv head, keys or values; a negative slot (padding) is skipped.
+Positions below `sink_tokens` also store z itself (fp16) in the sink pool, and every kept token stores it in the
+step's exact buffers that the wrapper returns (attention reads a query's own block exact from them, store_tkv_tail
+keeps the last block's). One program encodes BLOCK_T tokens of one kv head, keys or values; a negative slot
+(padding) is skipped.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def _quantize_groups(groups, BITS: tl.constexpr, GROUP: tl.constexpr):
 @triton.jit
 def _encode_head_vectors(
     x_ptr, stride_token, kv_head, stride_head, tokens, keep, slots, positions, num_kv_heads,
-    channel_scale_ptr, shift_ptr, codes_ptr, scale_ptr, zero_ptr, sink_ptr,
+    channel_scale_ptr, shift_ptr, codes_ptr, scale_ptr, zero_ptr, sink_ptr, exact_ptr,
     BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr,
     SINK_TOKENS: tl.constexpr, ROTATE: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
@@ -129,6 +131,8 @@ def _encode_head_vectors(
     shift = tl.load(shift_ptr + kv_head * HEAD_DIM + dims)
     channel_scale = tl.load(channel_scale_ptr + kv_head * HEAD_DIM + dims)
     z = (x - shift[None, :]) * channel_scale[None, :]  # the code space
+    exact_rows = tokens.to(tl.int64) * num_kv_heads + kv_head
+    tl.store(exact_ptr + exact_rows[:, None] * HEAD_DIM + dims[None, :], z.to(tl.float16), mask=keep[:, None])
 
     groups = tl.reshape(z, [BLOCK_T, HEAD_DIM // GROUP, GROUP])
     zero, scale, codes = _quantize_groups(groups, BITS, GROUP)
@@ -162,9 +166,9 @@ def _encode_head_vectors(
 @triton.jit(do_not_specialize=["num_tokens", "num_kv_heads"])
 def _tkv_write_kernel(
     key_ptr, value_ptr, positions_ptr, slot_mapping_ptr,
-    key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_channel_scale_ptr, key_shift_ptr,
+    key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_channel_scale_ptr, key_shift_ptr, key_exact_ptr,
     value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_channel_scale_ptr, value_shift_ptr,
-    num_tokens, num_kv_heads,
+    value_exact_ptr, num_tokens, num_kv_heads,
     stride_key_token, stride_key_head, stride_value_token, stride_value_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SINK_TOKENS: tl.constexpr, ROTATE: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr,
@@ -181,13 +185,13 @@ def _tkv_write_kernel(
         _encode_head_vectors(
             key_ptr, stride_key_token, kv_head, stride_key_head, tokens, keep, slots, positions, num_kv_heads,
             key_channel_scale_ptr, key_shift_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
-            KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
+            key_exact_ptr, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
         )
     else:
         _encode_head_vectors(
             value_ptr, stride_value_token, kv_head, stride_value_head, tokens, keep, slots, positions,
             num_kv_heads, value_channel_scale_ptr, value_shift_ptr, value_codes_ptr, value_scale_ptr,
-            value_zero_ptr, value_sink_ptr, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE,
+            value_zero_ptr, value_sink_ptr, value_exact_ptr, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE,
             LOG2_HEAD_DIM, BLOCK_T,
         )
 
@@ -219,8 +223,10 @@ def write_tkv_cache(
     slot_mapping: torch.Tensor,
     layer: TkvLayerTensors,
     tiles: WriteTiles | None = None,
-) -> None:
-    """Encode key/value [T, Hkv, D] (model space, after RoPE; fp32, fp16 or bf16) into `layer`'s pools in place.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encode key/value [T, Hkv, D] (model space, after RoPE; fp32, fp16 or bf16) into `layer`'s pools in place;
+    returns (key_exact, value_exact): fp16 [T, Hkv, D], each token's code-space z = (H x - m) * s in the natural
+    channel order (rows of skipped tokens unspecified), what attention reads for a query's own block.
 
     positions: [T] int64 sequence positions (those below layer.sink_tokens also fill the sink pool);
     slot_mapping: [T] int64 flat slots (block_id * block_size + offset), negative = skip. Inputs must lie in
@@ -240,15 +246,17 @@ def write_tkv_cache(
     require_same_device({"key": key, "value": value, "positions": positions, "slot_mapping": slot_mapping,
                          "layer": layer.key_codes})
     num_tokens = key.shape[0]
+    key_exact = torch.empty((num_tokens, num_kv_heads, head_dim), dtype=torch.float16, device=key.device)
+    value_exact = torch.empty_like(key_exact)
     if num_tokens == 0:
-        return
+        return key_exact, value_exact
     tiles = tiles or DEFAULT_WRITE_TILES
     _tkv_write_kernel[(triton.cdiv(num_tokens, tiles.block_t), num_kv_heads, 2)](
         key, value, positions, slot_mapping,
         code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
-        layer.key_channel_scale, layer.key_shift,
+        layer.key_channel_scale, layer.key_shift, key_exact,
         code_words(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
-        layer.value_channel_scale, layer.value_shift,
+        layer.value_channel_scale, layer.value_shift, value_exact,
         num_tokens, num_kv_heads,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, HEAD_DIM=head_dim, GROUP=layer.group_size,
@@ -256,3 +264,4 @@ def write_tkv_cache(
         LOG2_HEAD_DIM=head_dim.bit_length() - 1, BLOCK_T=tiles.block_t,
         num_warps=tiles.num_warps, enable_fp_fusion=False,  # no FMA contraction: torch's roundings
     )
+    return key_exact, value_exact
