@@ -76,6 +76,7 @@ class _BatchLayout:
     query_lens: list[int]  # [B] new tokens per chunk
     seq_lens: list[int]  # [B] context length after the step
     block_tables: list[list[int]]  # [B] block ids
+    tail_slots: list[int]  # [B] each sequence's tail slot
     logit_rows: list[int]  # rows of the flat batch whose logits are needed
     sample_rows: list[tuple[ScheduledChunk, int]]  # (chunk, index into logit_rows)
     prompt_rows: list[tuple[ScheduledChunk, int, int]]  # (chunk, first index into logit_rows, count)
@@ -113,7 +114,7 @@ class ModelRunner:
         else:
             metadata = AttentionMetadata.build(
                 query_lens=layout.query_lens, seq_lens=layout.seq_lens, block_tables=layout.block_tables,
-                block_size=self.block_size, device=self.device,
+                block_size=self.block_size, device=self.device, tail_slots=layout.tail_slots,
             )
             input_ids = tensor_on_device_no_sync(layout.input_ids, torch.int64, self.device)
             if carried is not None:
@@ -173,6 +174,7 @@ class ModelRunner:
             query_lens=[chunk.num_tokens for chunk in chunks],
             seq_lens=[chunk.start + chunk.num_tokens for chunk in chunks],
             block_tables=[chunk.sequence.block_table for chunk in chunks],
+            tail_slots=[_tail_slot(chunk.sequence) for chunk in chunks],
             logit_rows=logit_rows,
             sample_rows=sample_rows,
             prompt_rows=prompt_rows,
@@ -185,7 +187,8 @@ class ModelRunner:
             table[position // self.block_size] * self.block_size + position % self.block_size
             for table, position in zip(layout.block_tables, positions)
         ]
-        return DecodeBatch(layout.input_ids, positions, slots, layout.seq_lens, layout.block_tables, carried)
+        return DecodeBatch(layout.input_ids, positions, slots, layout.seq_lens, layout.block_tables,
+                           layout.tail_slots, carried)
 
     def _replays_graph(self, chunks: list[ScheduledChunk]) -> bool:
         return (
@@ -193,6 +196,12 @@ class ModelRunner:
             and len(chunks) <= self.decode_graphs.max_batch
             and all(chunk.num_tokens == 1 for chunk in chunks)
         )
+
+
+def _tail_slot(sequence: Sequence) -> int:
+    if sequence.tail_slot is None:
+        raise RuntimeError(f"request {sequence.request_id!r} was scheduled without a tail slot")
+    return sequence.tail_slot
 
 
 def _select_rows(tensor: Tensor, rows: list[int]) -> Tensor:

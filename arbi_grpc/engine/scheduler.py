@@ -15,6 +15,15 @@ Each step:
 Lengths count tokens still in flight on the device (`Sequence.num_tokens`): with overlapped steps the next
 step is planned before the host has read the previous one's tokens. A sequence whose in-flight token is its
 last allowed output is not scheduled again.
+
+Tail slots: every running sequence holds one (`Sequence.tail_slot`, where a TKV cache keeps its own block exact),
+acquired at admission and kept while it runs; two running sequences never share one. A slot goes back when its
+sequence is preempted or finished, or as soon as a step is planned while the sequence's last allowed token is in
+flight: such a sequence is never scheduled again (it ends when that token is read), so its slot is free for an
+admission in this very step. A batch slot is thus a held tail slot, and with as many tail slots as `max_running`
+an admission is never refused for lack of one while batch slots are free. Reusing a slot whose last writer is
+still in flight is safe: the later step writes it after, in the device's queue. The pool is sized from
+`max_running` at construction; raising the limit later (runtime settings) leaves the tail slots as the cap.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from dataclasses import dataclass, field
 from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.request import Priority
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
+from arbi_grpc.engine.tail_slots import TailSlots
 from arbi_grpc.engine.waiting_queue import WaitingQueue
 
 
@@ -63,11 +73,12 @@ class SchedulerLimits:
 
 
 class Scheduler:
-    """Owns the waiting queue, the running batch and the sequences' KV blocks."""
+    """Owns the waiting queue, the running batch, the sequences' KV blocks and their tail slots."""
 
     def __init__(self, kv: KVCacheManager, limits: SchedulerLimits) -> None:
         self.kv = kv
         self.limits = limits
+        self.tail_slots = TailSlots(limits.max_running)
         self.waiting = WaitingQueue()
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0  # since start, for metrics and tests
@@ -83,6 +94,9 @@ class Scheduler:
     def schedule(self) -> ScheduledStep:
         step = ScheduledStep()
         budget = self.limits.max_step_tokens
+        for sequence in self.running:
+            if sequence.reached_max_output_tokens:
+                self._release_tail_slot(sequence)  # its last token is in flight: never scheduled again
         # Decodes before prefill chunks within each priority class, oldest first.
         order = sorted(self.running, key=lambda s: (s.priority, s.num_uncomputed_tokens > 1))
         prefilling = sum(1 for s in self.running if s.num_uncomputed_tokens > 1)
@@ -96,7 +110,7 @@ class Scheduler:
                 continue
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
             budget -= num_tokens
-        while self.waiting and budget > 0 and self._num_batch_slots_taken() < self.limits.max_running:
+        while self.waiting and budget > 0 and self._has_batch_slot():
             sequence = self.waiting.peek()
             if not self._admit(sequence, step):
                 break
@@ -109,8 +123,12 @@ class Scheduler:
         return step
 
     def _num_batch_slots_taken(self) -> int:
-        """Running sequences, less those whose last token is in flight: they end when it is read."""
-        return sum(1 for s in self.running if not s.reached_max_output_tokens)
+        """Running sequences holding a tail slot: all but those whose last token is in flight (they end when it is
+        read), unless one of those was preempted and readmitted in this step."""
+        return sum(1 for s in self.running if s.tail_slot is not None)
+
+    def _has_batch_slot(self) -> bool:
+        return self._num_batch_slots_taken() < self.limits.max_running and self.tail_slots.num_free > 0
 
     def _chunk_size(self, sequence: Sequence, budget: int, contended: bool) -> int:
         """Tokens to compute for `sequence` this step: a prefill chunk is capped while another prefill
@@ -132,6 +150,7 @@ class Scheduler:
                 return False
             self._preempt(victim, step)
         sequence.status = SequenceStatus.RUNNING
+        sequence.tail_slot = self.tail_slots.acquire()
         sequence.admitted = True
         self.running.append(sequence)
         return True
@@ -163,14 +182,21 @@ class Scheduler:
         step.chunks = [chunk for chunk in step.chunks if chunk.sequence is not sequence]
         step.preempted.append(sequence)
         self.kv.free(sequence)
+        self._release_tail_slot(sequence)
         sequence.status = SequenceStatus.WAITING
         self.waiting.appendleft(sequence)
 
     def finish(self, sequence: Sequence) -> None:
-        """Removes a sequence from the queues and frees its blocks at once."""
+        """Removes a sequence from the queues and frees its blocks and tail slot at once."""
         if sequence.status is SequenceStatus.RUNNING:
             self.running.remove(sequence)
         elif sequence.status is SequenceStatus.WAITING:
             self.waiting.remove(sequence)
         self.kv.free(sequence)
+        self._release_tail_slot(sequence)
         sequence.status = SequenceStatus.FINISHED
+
+    def _release_tail_slot(self, sequence: Sequence) -> None:
+        if sequence.tail_slot is not None:
+            self.tail_slots.release(sequence.tail_slot)
+            sequence.tail_slot = None
