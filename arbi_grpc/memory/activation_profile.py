@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_flatten
 
 from arbi_grpc.engine.sampler import Sampler, SamplingState, prompt_logprobs
 from arbi_grpc.engine.sampling_params import MAX_LOGPROBS_COUNT, SamplingParams, StoppingParams
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 from arbi_grpc.models.decoder import CausalLM
@@ -104,9 +105,12 @@ def _run_step(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> Non
     # Consecutive block ids from block 0 for every sequence, wrapping around the pool: the profile needs valid
     # slots, not private ones, and a first block that has a sink row (a TKV pool gives only its first blocks one).
     tables = [[i % kv_cache.num_blocks for i in range(-(-length // block_size))] for length in step.prompt_lengths]
+    # Tail slots wrap around a TKV pool's the same way: the profile may hold more prompts than sequences can run at
+    # once, and fresh prompts never read their tails.
+    num_tail_slots = kv_cache.num_tail_slots if isinstance(kv_cache, TkvPagedKVCache) else len(tables)
     metadata = AttentionMetadata.build(
         query_lens=step.prompt_lengths, seq_lens=step.prompt_lengths, block_tables=tables,
-        block_size=block_size, device=device,
+        block_size=block_size, device=device, tail_slots=[i % num_tail_slots for i in range(len(tables))],
     )
     input_ids = torch.zeros(step.num_tokens, dtype=torch.int64, device=device)
     positions = token_positions(metadata.query_lens_host, metadata.seq_lens_host, device)

@@ -1,5 +1,5 @@
-"""Sizes the paged KV cache pool from the config: bytes per block, block count, the TKV sink rows, and the
-context limit the pool can honour. `plan` and the boot share this, so both size the pool identically.
+"""Sizes the paged KV cache pool from the config: bytes per block, block count, the TKV sink rows and tail
+slots, and the context limit the pool can honour. `plan` and the boot share this, so both size the pool identically.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def num_sink_blocks(num_blocks: int, max_running_requests: int) -> int:
 @dataclass(frozen=True)
 class KVPoolPlan:
     """`num_blocks` blocks of `block_size` tokens, each `bytes_per_block` over all layers, K and V; a TKV pool
-    also has `num_sink_blocks` sink rows of `sink_row_bytes` (None and 0 for plain storage)."""
+    also has `num_sink_blocks` sink rows of `sink_row_bytes` and `num_tail_slots` tail slots (one per running
+    sequence) of `tail_slot_bytes` (None and 0 for plain storage)."""
 
     num_blocks: int
     block_size: int
@@ -38,11 +39,19 @@ class KVPoolPlan:
     max_model_len: int
     num_sink_blocks: int | None = None
     sink_row_bytes: int = 0
+    num_tail_slots: int | None = None
+    tail_slot_bytes: int = 0
+
+    @property
+    def tail_bytes(self) -> int:
+        """Bytes of the tail slots, a fixed part of the pool taken from the budget before blocks are sized."""
+        return (self.num_tail_slots or 0) * self.tail_slot_bytes
 
     @property
     def num_bytes(self) -> int:
-        """Bytes of the whole pool: its blocks and sink rows."""
-        return self.num_blocks * self.bytes_per_block + (self.num_sink_blocks or 0) * self.sink_row_bytes
+        """Bytes of the whole pool: its blocks, sink rows and tail slots."""
+        return (self.num_blocks * self.bytes_per_block + (self.num_sink_blocks or 0) * self.sink_row_bytes
+                + self.tail_bytes)
 
     @property
     def capacity_tokens(self) -> int:
@@ -52,8 +61,10 @@ class KVPoolPlan:
     def detail(self) -> str:
         sinks = (f" + {self.num_sink_blocks} sink rows x {self.sink_row_bytes / 1024:.0f} KiB"
                  if self.num_sink_blocks is not None else "")
+        tails = (f" + {self.num_tail_slots} tail slots x {self.tail_slot_bytes / 1024:.0f} KiB"
+                 if self.num_tail_slots is not None else "")
         return (f"{self.num_blocks} blocks x {self.block_size} tokens x {self.bytes_per_block / 1024:.0f} KiB "
-                f"per block{sinks}; context {self.max_model_len} tokens")
+                f"per block{sinks}{tails}; context {self.max_model_len} tokens")
 
 
 def kv_block_bytes(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None) -> int:
@@ -75,10 +86,12 @@ def _require_calibration(tkv_calibration: TkvCalibration | None) -> TkvCalibrati
 
 @dataclass(frozen=True)
 class _PoolSizing:
-    """What a pool of N blocks costs: N blocks, plus for TKV (`max_running_requests` set) its sink rows."""
+    """What a pool of N blocks costs: N blocks, plus for TKV (`max_running_requests` set) its sink rows and a
+    tail slot for each running sequence."""
 
     bytes_per_block: int
     sink_row_bytes: int
+    tail_slot_bytes: int
     max_running_requests: int | None
 
     @classmethod
@@ -87,23 +100,32 @@ class _PoolSizing:
     ) -> _PoolSizing:
         bytes_per_block = kv_block_bytes(config, model, tkv_calibration)
         if config.kv_cache_dtype != "tkv":
-            return cls(bytes_per_block, 0, None)
+            return cls(bytes_per_block, 0, 0, None)
         from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache  # lazily: the codec imports torch
 
-        sink_row_bytes = TkvPagedKVCache.sink_row_bytes_for(_require_calibration(tkv_calibration))
-        return cls(bytes_per_block, sink_row_bytes, config.max_running_requests)
+        calibration = _require_calibration(tkv_calibration)
+        return cls(bytes_per_block, TkvPagedKVCache.sink_row_bytes_for(calibration),
+                   TkvPagedKVCache.tail_slot_bytes_for(calibration, config.block_size), config.max_running_requests)
 
     def num_sink_blocks(self, num_blocks: int) -> int | None:
         if self.max_running_requests is None:
             return None
         return num_sink_blocks(num_blocks, self.max_running_requests)
 
+    @property
+    def tail_bytes(self) -> int:
+        """The tail slots' bytes: fixed, whatever the block count."""
+        return (self.max_running_requests or 0) * self.tail_slot_bytes
+
     def num_bytes(self, num_blocks: int) -> int:
-        return num_blocks * self.bytes_per_block + (self.num_sink_blocks(num_blocks) or 0) * self.sink_row_bytes
+        return (num_blocks * self.bytes_per_block + (self.num_sink_blocks(num_blocks) or 0) * self.sink_row_bytes
+                + self.tail_bytes)
 
     def largest_pool(self, budget_bytes: int) -> int:
-        """The most blocks whose pool fits `budget_bytes` (the cost only grows with the block count)."""
-        low, high = 0, budget_bytes // self.bytes_per_block  # num_bytes(low) fits; nothing above high does
+        """The most blocks whose pool fits `budget_bytes` (the cost only grows with the block count); 0 when
+        not even the tail slots fit."""
+        # num_bytes(low) fits (or low is 0); nothing above high does.
+        low, high = 0, max(0, budget_bytes - self.tail_bytes) // self.bytes_per_block
         while low < high:
             middle = (low + high + 1) // 2
             if self.num_bytes(middle) <= budget_bytes:
@@ -130,10 +152,13 @@ def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvC
     sizing = _PoolSizing.for_config(config, model, tkv_calibration)
     num_blocks = sizing.largest_pool(config.kv_cache_memory_bytes)
     if num_blocks < 1:
+        tails = (f" beside the tail slots of {sizing.max_running_requests} running sequences "
+                 f"({sizing.tail_bytes / MIB:.2f} MiB, --max-running-requests)" if sizing.tail_bytes else "")
         raise ResourceExhaustedError(
             f"memory budget: the KV cache does not fit: kv_cache_memory_mib={config.kv_cache_memory_mib} holds no "
-            f"block; one block of {config.block_size} tokens costs {sizing.num_bytes(1) / MIB:.2f} MiB "
-            f"({_storage_detail(config, model, tkv_calibration)})"
+            f"block; one block of {config.block_size} tokens costs "
+            f"{(sizing.num_bytes(1) - sizing.tail_bytes) / MIB:.2f} MiB "
+            f"({_storage_detail(config, model, tkv_calibration)}){tails}"
         )
     model_context = model.max_position_embeddings
     if config.max_model_len > model_context:
@@ -152,4 +177,5 @@ def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvC
         )
     max_model_len = config.max_model_len or min(model_context, capacity)
     return KVPoolPlan(num_blocks, config.block_size, sizing.bytes_per_block, max_model_len,
-                      sizing.num_sink_blocks(num_blocks), sizing.sink_row_bytes)
+                      sizing.num_sink_blocks(num_blocks), sizing.sink_row_bytes,
+                      sizing.max_running_requests, sizing.tail_slot_bytes)

@@ -1,4 +1,5 @@
-"""KV pool sizing: exact bytes per block, TKV sink rows, the context limit, and refusals that name the KV cache."""
+"""KV pool sizing: exact bytes per block, TKV sink rows and tail slots, the context limit, and refusals that name
+the KV cache."""
 
 from __future__ import annotations
 
@@ -65,23 +66,53 @@ def test_sink_rows_are_one_block_in_eight_but_cover_a_full_running_batch(num_blo
 
 
 @pytest.mark.parametrize("budget_mib,max_running", [(1, 4), (3, 64), (7, 1)])
-def test_a_tkv_pool_is_the_most_blocks_whose_blocks_and_sink_rows_fit_the_budget(budget_mib, max_running) -> None:
+def test_a_tkv_pool_is_the_most_blocks_whose_blocks_sink_rows_and_tail_slots_fit_the_budget(
+        budget_mib, max_running) -> None:
     model = model_config(num_hidden_layers=4, hidden_size=256)  # head_dim 64
     calibration = _tkv_calibration(model, 4, 3)
     config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=budget_mib,
                           block_size=16, max_running_requests=max_running)
     pool = plan_kv_pool(config, model, calibration)
     assert pool.num_sink_blocks == num_sink_blocks(pool.num_blocks, max_running)
-    assert pool.num_bytes == TkvPagedKVCache.num_bytes_for(calibration, 16, pool.num_blocks, pool.num_sink_blocks)
+    assert pool.num_tail_slots == max_running
+    assert pool.tail_bytes == max_running * TkvPagedKVCache.tail_slot_bytes_for(calibration, 16) > 0
+    assert pool.num_bytes == TkvPagedKVCache.num_bytes_for(
+        calibration, 16, pool.num_blocks, pool.num_sink_blocks, max_running)
     one_more = pool.num_blocks + 1
     assert pool.num_bytes <= budget_mib << 20 < TkvPagedKVCache.num_bytes_for(
-        calibration, 16, one_more, num_sink_blocks(one_more, max_running))
+        calibration, 16, one_more, num_sink_blocks(one_more, max_running), max_running)
     assert f"{pool.num_sink_blocks} sink rows" in pool.detail
+    assert f"{max_running} tail slots" in pool.detail
 
 
-def _capacity_vs_bf16(shape: str, key_bits: int, value_bits: int) -> float:
+def test_a_tkv_plan_counts_the_bytes_the_allocated_cache_holds() -> None:
+    model = model_config(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, num_key_value_heads=2)
+    calibration = _tkv_calibration(model, 4, 4)
+    config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=16,
+                          max_running_requests=3)
+    pool = plan_kv_pool(config, model, calibration)
+    cache = TkvPagedKVCache(calibration, num_blocks=pool.num_blocks, block_size=16, device="cpu",
+                            num_sink_blocks=pool.num_sink_blocks, num_tail_slots=pool.num_tail_slots)
+    assert pool.num_bytes == sum(t.numel() * t.element_size() for t in (*cache.key_caches, *cache.value_caches))
+
+
+def test_a_budget_the_tail_slots_fill_holds_no_block_and_says_so() -> None:
+    model = model_config(num_hidden_layers=4, hidden_size=256)
+    calibration = _tkv_calibration(model, 4, 4)
+    tail_bytes = 512 * TkvPagedKVCache.tail_slot_bytes_for(calibration, 16)
+    assert tail_bytes >= 1 << 20  # 512 running sequences' tail slots alone fill 1 MiB
+    config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=16,
+                          max_running_requests=512)
+    with pytest.raises(ResourceExhaustedError, match="holds no block.*tail slots of 512 running sequences"):
+        plan_kv_pool(config, model, calibration)
+
+
+BUDGET_MIB = 8192
+
+
+def _capacity_vs_bf16(shape: str, key_bits: int, value_bits: int, max_running: int = 1) -> float:
     model = model_config_for_shape(shape)
-    budget = {"kv_cache_memory_mib": 8192, "block_size": 16}
+    budget = {"kv_cache_memory_mib": BUDGET_MIB, "block_size": 16, "max_running_requests": max_running}
     bf16 = plan_kv_pool(EngineConfig(kv_cache_dtype="bfloat16", **budget), model)
     tkv = plan_kv_pool(EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", **budget), model,
                        _tkv_calibration(model, key_bits, value_bits))
@@ -91,6 +122,16 @@ def _capacity_vs_bf16(shape: str, key_bits: int, value_bits: int) -> float:
 @pytest.mark.parametrize("shape", ["smollm2-135m", "llama3-8b"])  # head_dim 64 and 128
 def test_k4v4_g32_holds_over_3_1_times_the_tokens_of_bf16_at_equal_memory(shape: str) -> None:
     # Without any sink row K4V4 G32 would hold 3.2x (240 of 768 bytes per token and layer at D=64); sink rows for
-    # one block in eight cost 1/128 of a bf16 token per token at block 16.
+    # one block in eight cost 1/128 of a bf16 token per token at block 16. One running sequence: one tail slot.
     assert 3.1 <= _capacity_vs_bf16(shape, 4, 4) < 3.2
     assert _capacity_vs_bf16(shape, 4, 3) > _capacity_vs_bf16(shape, 4, 4)
+
+
+@pytest.mark.parametrize("shape", ["smollm2-135m", "llama3-8b"])
+def test_tail_slots_take_their_bytes_off_the_blocks(shape: str) -> None:
+    # 63 more running sequences cost 63 more tail slots (fp16 blocks): at Llama-3-8B's shape 2 MiB each, so 64
+    # running sequences leave 3.07x instead of 3.12x of bf16's tokens in 8 GiB.
+    model = model_config_for_shape(shape)
+    tail_share = 63 * TkvPagedKVCache.tail_slot_bytes_for(_tkv_calibration(model, 4, 4), 16) / (BUDGET_MIB << 20)
+    assert _capacity_vs_bf16(shape, 4, 4, max_running=64) == pytest.approx(
+        _capacity_vs_bf16(shape, 4, 4) * (1 - tail_share), rel=1e-3)
