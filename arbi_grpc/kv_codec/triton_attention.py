@@ -1,7 +1,10 @@
-"""The TKV attention backend on the Triton kernels: quantize this step's K/V into their slots (write_tkv_cache),
-transform the queries into the key code space, attend with the fused-dequantization decode or prefill kernel,
-and bring the output back from the value code space. The two transforms are one kernel launch each
-(arbi_kernels.tkv_transforms), tested bit for bit against attention_transforms, the torch backend's.
+"""The TKV attention backend on the Triton kernels: quantize this step's K/V into their slots (write_tkv_cache,
+which also returns them exact in the code space), transform the queries into the key code space, attend with the
+fused-dequantization decode or prefill kernel (each query's own block exact: this step's tokens from the exact
+buffers, earlier ones from the sequence's tail slot, docs/tkv.md), keep each sequence's last block in its tail
+slot (store_tkv_tail, after attention), and bring the output back from the value code space. The two transforms
+are one kernel launch each (arbi_kernels.tkv_transforms), tested bit for bit against attention_transforms, the
+torch backend's.
 
 It never reads a device value on the host: token positions (which the sink pool needs) are derived on the
 device from the metadata, and the decode split is sized from `metadata.max_seq_len`, so a decode step can run
@@ -55,6 +58,7 @@ class TkvTritonPagedAttention:
         kv_cache: TkvPagedKVCache,
     ) -> Tensor:
         from arbi_kernels import (
+            store_tkv_tail,
             tkv_paged_decode_attention,
             tkv_paged_prefill_attention,
             tkv_transform_output,
@@ -63,17 +67,21 @@ class TkvTritonPagedAttention:
         )
 
         storage = kv_cache.layer(layer_index)
-        write_tkv_cache(key, value, new_token_positions(metadata), metadata.slot_mapping, storage)
+        key_exact, value_exact = write_tkv_cache(key, value, new_token_positions(metadata), metadata.slot_mapping,
+                                                 storage)  # [T, Hkv, D] fp16, code space
         transformed = tkv_transform_queries(query, storage)  # q': [T, Hq, D] fp32
         softmax_scale = query.shape[-1] ** -0.5
-        if metadata.is_decode_only:
+        exact = (metadata.tail_slots, key_exact, value_exact)
+        if metadata.is_decode_only:  # token row b is sequence b
             accumulated = tkv_paged_decode_attention(
-                transformed, storage, metadata.block_tables, metadata.seq_lens, softmax_scale,
+                transformed, storage, metadata.block_tables, metadata.seq_lens, *exact, softmax_scale,
                 max_seq_len=metadata.max_seq_len, compute_dtype=self.compute_dtype,
             )
         else:
             accumulated = tkv_paged_prefill_attention(
-                transformed, storage, metadata.block_tables, metadata.query_start_loc, metadata.seq_lens,
+                transformed, storage, metadata.block_tables, metadata.query_start_loc, metadata.seq_lens, *exact,
                 softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
             )
+        store_tkv_tail(key_exact, value_exact, storage, metadata.query_start_loc, metadata.seq_lens,
+                       metadata.tail_slots)  # after attention: a chunk may still read the old tail rows
         return tkv_transform_output(accumulated, storage, query.dtype)

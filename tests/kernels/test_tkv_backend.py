@@ -1,10 +1,12 @@
 """TkvTritonPagedAttention against TkvTorchPagedAttention, step by step on two TkvPagedKVCaches: the same encoding
-after every write, the same attention output for prefill chunks, mixed steps and pure decode steps."""
+and the same tails after every step, the same attention output for prefill chunks (from a block's start, from
+mid-block across one or two block boundaries), mixed steps and pure decode steps, with tail slots that are not
+the batch rows."""
 
 from __future__ import annotations
 
 import torch
-from arbi_kernels.tkv_testing import assert_same_encoding
+from arbi_kernels.tkv_testing import assert_same_encoding, copy_pools
 
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
@@ -32,21 +34,30 @@ def _calibration(generator: torch.Generator) -> TkvCalibration:
     )
 
 
+def _tails(cache: TkvPagedKVCache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    storage = cache.layer(layer)
+    return storage.key_tail.clone(), storage.value_tail.clone()
+
+
 def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, generator, monkeypatch):
     calibration = _calibration(generator)
-    caches = [TkvPagedKVCache(calibration, num_blocks=12, block_size=BLOCK_SIZE, device=device, num_sink_blocks=10)
-              for _ in range(2)]  # sink rows for the first blocks only, as the engine's pool has them
+    caches = [TkvPagedKVCache(calibration, num_blocks=12, block_size=BLOCK_SIZE, device=device, num_sink_blocks=10,
+                              num_tail_slots=5) for _ in range(2)]  # sink rows for the first blocks only
     backends = (TkvTritonPagedAttention(compute_dtype=torch.float32), TkvTorchPagedAttention.for_device(device))
-    tables = [[3, 7, 1], [0, 5], [9, 2, 11]]
-    steps = [  # (sequences, query_lens, seq_lens): a prompt chunk, a mixed step, a decode step
-        ([0, 1], [20, 3], [20, 3]),
-        ([0, 1, 2], [1, 17, 35], [21, 20, 35]),
-        ([0, 1, 2], [1, 1, 1], [22, 21, 36]),
+    tables = [[3, 7, 1, 4], [0, 5], [9, 2, 11]]
+    tail_slots = [3, 0, 4]  # sequence -> its tail slot
+    steps = [  # (sequences, query_lens, seq_lens)
+        ([0, 1], [20, 3], [20, 3]),  # prompt chunks from position 0, one across a block boundary
+        ([0, 1, 2], [1, 17, 35], [21, 20, 35]),  # a decode, a chunk from mid-block across a boundary, a prompt
+        ([0, 1, 2], [1, 1, 1], [22, 21, 36]),  # decode
+        ([2, 0], [1, 30], [37, 52]),  # a chunk from mid-block across two boundaries
+        ([0, 1, 2], [1, 1, 1], [53, 22, 38]),  # decode
     ]
+    original_write = torch_attention.write_tokens
     for sequences, query_lens, seq_lens in steps:
         metadata = AttentionMetadata.build(
             query_lens=query_lens, seq_lens=seq_lens, block_tables=[tables[s] for s in sequences],
-            block_size=BLOCK_SIZE, device=device,
+            block_size=BLOCK_SIZE, device=device, tail_slots=[tail_slots[s] for s in sequences],
         )
         assert torch.equal(new_token_positions(metadata).cpu(), token_positions(query_lens, seq_lens))
         num_tokens = sum(query_lens)
@@ -54,12 +65,20 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
         key = torch.randn((num_tokens, NUM_KV_HEADS, HEAD_DIM), generator=generator).to(device)
         value = torch.randn((num_tokens, NUM_KV_HEADS, HEAD_DIM), generator=generator).to(device)
         for layer in range(2):
+            tails_before = _tails(caches[0], layer)
             triton_output = backends[0].forward(layer, query, key, value, metadata, caches[0])
             backends[1].forward(layer, query, key, value, metadata, caches[1])
             assert_same_encoding(caches[0].layer(layer), caches[1].layer(layer))
-            # Attention is compared over the same codes: the torch backend reads the Triton-written cache (its
-            # write skipped), since near-ties may encode a few groups one step apart (assert_same_encoding).
+            for triton_tail, torch_tail in zip(_tails(caches[0], layer), _tails(caches[1], layer)):
+                assert torch.equal(triton_tail, torch_tail)
+            # Attention is compared over the same codes: the torch backend reads the Triton-written cache with the
+            # tails it had before the step (its write only computes the exact tokens, on a copy), since near-ties
+            # may encode a few groups one step apart (assert_same_encoding).
+            storage = caches[0].layer(layer)
+            storage.key_tail.copy_(tails_before[0])
+            storage.value_tail.copy_(tails_before[1])
             with monkeypatch.context() as patch:
-                patch.setattr(torch_attention, "write_tokens", lambda *args: None)
+                patch.setattr(torch_attention, "write_tokens",
+                              lambda storage, *args: original_write(copy_pools(storage), *args))
                 reference = backends[1].forward(layer, query, key, value, metadata, caches[0])
             torch.testing.assert_close(triton_output, reference, atol=1e-4, rtol=1e-4)
