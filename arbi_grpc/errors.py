@@ -59,3 +59,9 @@ class UnavailableError(ArbiError):
     """The server cannot serve right now (shutting down, draining); the client may retry elsewhere."""
 
     code = "UNAVAILABLE"
+
+
+class MissingDependencyError(ArbiError):
+    """An optional package that a configured feature needs is not installed or fails to import."""
+
+    code = "FAILED_PRECONDITION"

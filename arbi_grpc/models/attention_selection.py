@@ -33,13 +33,9 @@ def select_attention_backend(config: EngineConfig) -> AttentionBackend:
 
         return TritonPagedAttention()
     if config.attention_backend == "flashinfer":
-        # FlashInfer's NHD paged layout matches PagedKVCache, but its JIT-built wrappers have not been built and
-        # validated against the Triton kernels on a GPU, so the option is refused rather than shipped untested.
-        raise NotImplementedError(
-            "attention backend 'flashinfer': not wired; the FlashInfer wrappers over the paged cache need a GPU "
-            "build and validation against the Triton kernels that have not been done; use 'triton' (the default "
-            "on cuda)"
-        )
+        from arbi_grpc.models.flashinfer_attention import FlashInferPagedAttention
+
+        return FlashInferPagedAttention.for_dtypes(config.dtype, config.kv_cache_dtype)
     raise ValueError(f"unknown attention backend {config.attention_backend!r}")
 
 

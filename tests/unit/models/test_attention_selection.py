@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 from arbi_grpc.config import EngineConfig
-from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.errors import InvalidArgumentError, MissingDependencyError
 from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
@@ -14,9 +17,29 @@ def test_cpu_gets_the_torch_reference() -> None:
     assert isinstance(select_attention_backend(EngineConfig(device="cpu")), TorchPagedAttention)
 
 
-def test_flashinfer_is_refused_with_its_boundary() -> None:
-    with pytest.raises(NotImplementedError, match="attention backend 'flashinfer': not wired"):
+def test_flashinfer_without_its_package_is_refused_with_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # `import flashinfer` raises ImportError
+    with pytest.raises(MissingDependencyError, match=r"install flashinfer-python==0\.6\.13") as refused:
         select_attention_backend(EngineConfig(device="cuda", attention_backend="flashinfer"))
+    assert refused.value.code == "FAILED_PRECONDITION"
+    assert "--attention-backend triton" in str(refused.value)
+
+
+def test_flashinfer_serves_only_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
+    for dtype, kv_cache_dtype in (("float32", "auto"), ("bfloat16", "float32")):
+        config = EngineConfig(device="cuda", attention_backend="flashinfer", dtype=dtype, kv_cache_dtype=kv_cache_dtype)
+        with pytest.raises(InvalidArgumentError, match="'flashinfer' is wired for bfloat16 activations and KV cache"):
+            select_attention_backend(config)
+
+
+def test_flashinfer_is_served_when_it_imports(monkeypatch: pytest.MonkeyPatch) -> None:
+    from arbi_grpc.models.flashinfer_attention import FlashInferPagedAttention
+
+    monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
+    backend = select_attention_backend(EngineConfig(device="cuda", attention_backend="flashinfer"))
+    assert isinstance(backend, FlashInferPagedAttention)
+    assert not backend.cuda_graph_safe  # serving then runs decode steps eagerly, without captured graphs
 
 
 def test_tkv_on_cuda_defaults_to_the_triton_kernels() -> None:
