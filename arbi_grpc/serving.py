@@ -51,7 +51,7 @@ class ServedModel:
     config: EngineConfig
     parameter_count: int
     weight_bytes: int
-    kv_block_bytes: int  # one block across all layers, keys and values (a TKV pool's sink rows are apart)
+    kv_block_bytes: int  # one block over all layers, keys and values (a TKV pool's sink rows and tails are apart)
     memory_budget: MemoryBudget  # measured at boot
     metrics: ModelMetrics
 
