@@ -6,7 +6,8 @@ greedy tokens each, EOS ignored):
 - arbi-serve's engine (Triton attention, CUDA graphs; driven in-process without a server): output tokens/s
   over the whole run (prefill included, as HF's number is) and the decode-only rate (tokens after the first),
   with overlapped steps ("arbi-serve") and, with `--overlap-modes on,off`, the synchronous loop too
-  ("arbi-serve-sync", same engine and graphs);
+  ("arbi-serve-sync", same engine and graphs); `--attention-backends triton,flashinfer` adds the same rows on
+  the FlashInfer backend ("arbi-serve-flashinfer", no CUDA graphs);
 - HF `generate()` with a static cache (which transformers compiles), its fastest configuration; at large
   batches its eager dynamic cache too when asked;
 - the floor: one decode step must read every weight and the batch's KV context once, at the copy bandwidth
@@ -119,12 +120,14 @@ def requests_for(prompts: list[list[int]], new_tokens: int, tag: str) -> list[Ge
     ]
 
 
-def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
-               bandwidth: float) -> tuple[list[Row], list[GraphStep], float]:
-    """Rows for every batch size, graph replay times, and the TTFT of one long prompt (seconds)."""
+def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace, bandwidth: float,
+               attention_backend: str = "triton") -> tuple[list[Row], list[GraphStep], float]:
+    """Rows for every batch size, graph replay times (none without graphs), and the TTFT of one long prompt (s)."""
     max_batch = max(args.batches)
+    system = "arbi-serve" if attention_backend == "triton" else f"arbi-serve-{attention_backend}"
     engine_config = EngineConfig(
         device="cuda",
+        attention_backend=attention_backend,
         kv_cache_memory_mib=args.kv_cache_mib,
         max_model_len=max(args.prompt_len + args.new_tokens, args.ttft_prompt_len + 1),
         max_running_requests=max_batch,
@@ -149,7 +152,7 @@ def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
                 elapsed = time.monotonic() - started
                 decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
                 rows.append(Row(
-                    shape, "arbi-serve" if overlap else "arbi-serve-sync", batch, args.prompt_len, args.new_tokens,
+                    shape, system if overlap else f"{system}-sync", batch, args.prompt_len, args.new_tokens,
                     output_tokens_per_s=batch * args.new_tokens / elapsed,
                     decode_tokens_per_s=batch * (args.new_tokens - 1) / decode_span,
                     floor_tokens_per_s=decode_floor_tokens_per_s(
@@ -158,7 +161,7 @@ def bench_arbi(shape: str, config: ModelConfig, args: argparse.Namespace,
                 print(rows[-1], flush=True)
         engine.set_overlap_steps(args.overlap_modes[0]).result()  # the TTFT below runs in the first mode
         graph_steps = [time_graph_step(shape, engine.runner, config, weight_bytes, batch, args.prompt_len, bandwidth)
-                       for batch in args.batches]
+                       for batch in args.batches if engine.runner.decode_graphs is not None]
         ttft_prompt = random_prompts(1, args.ttft_prompt_len, config.vocab_size, seed=7)
         generate(engine, requests_for(ttft_prompt, 1, "ttft-warm"))
         ttfts = [generate(engine, requests_for(ttft_prompt, 1, f"ttft{i}"))[0].time_to_first_token_s
@@ -324,6 +327,8 @@ def main() -> None:
     parser.add_argument("--ttft-prompt-len", type=int, default=2048)
     parser.add_argument("--kv-cache-mib", type=int, default=24576)
     parser.add_argument("--hf-caches", default="static", type=lambda text: [c for c in text.split(",") if c])
+    parser.add_argument("--attention-backends", default="triton", type=lambda text: text.split(","),
+                        help="attention backends of the arbi-serve rows: triton, flashinfer, or both")
     parser.add_argument("--overlap-modes", default="on,off",
                         type=lambda text: [{"on": True, "off": False}[m] for m in text.split(",") if m],
                         help="engine loops to time: on (overlapped steps), off (synchronous), or both")
@@ -346,17 +351,21 @@ def main() -> None:
                  if args.long_contexts else [])
     for shape in [] if args.skip_short else args.shapes.split(","):
         config = model_config_for_shape(shape)
-        arbi_rows, shape_graph_steps, ttft[shape] = bench_arbi(shape, config, args, bandwidth)
-        graph_steps += shape_graph_steps
-        print(f"{shape}: time to first token of {args.ttft_prompt_len} tokens: {ttft[shape] * 1e3:.1f} ms", flush=True)
-        rows += arbi_rows + bench_hf(shape, config, args, bandwidth)
-    print(f"\n{'shape':<12} {'system':<15} {'batch':>5} {'out tok/s':>10} {'decode tok/s':>12} "
+        for backend in args.attention_backends:
+            label = shape if backend == "triton" else f"{shape} {backend}"
+            arbi_rows, shape_graph_steps, ttft[label] = bench_arbi(shape, config, args, bandwidth, backend)
+            graph_steps += shape_graph_steps
+            rows += arbi_rows
+            print(f"{label}: time to first token of {args.ttft_prompt_len} tokens: {ttft[label] * 1e3:.1f} ms",
+                  flush=True)
+        rows += bench_hf(shape, config, args, bandwidth) if args.hf_caches else []
+    print(f"\n{'shape':<12} {'system':<26} {'batch':>5} {'out tok/s':>10} {'decode tok/s':>12} "
           f"{'step ms':>7} {'floor tok/s':>11} {'of floor':>8}")
     for row in rows:
         rate = row.decode_tokens_per_s or row.output_tokens_per_s
         decode = f"{row.decode_tokens_per_s:12.0f}" if row.decode_tokens_per_s else f"{'':>12}"
         step_ms = f"{row.batch / row.decode_tokens_per_s * 1e3:7.2f}" if row.decode_tokens_per_s else f"{'':>7}"
-        print(f"{row.shape:<12} {row.system:<15} {row.batch:>5} {row.output_tokens_per_s:10.0f} {decode} "
+        print(f"{row.shape:<12} {row.system:<26} {row.batch:>5} {row.output_tokens_per_s:10.0f} {decode} "
               f"{step_ms} {row.floor_tokens_per_s:11.0f} {rate / row.floor_tokens_per_s:8.2f}")
     for step in graph_steps:
         print(f"{step.shape}: decode graph batch {step.batch} at {step.context} tokens: {step.step_ms:.2f} ms "

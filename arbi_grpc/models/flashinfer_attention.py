@@ -128,7 +128,7 @@ class FlashInferPagedAttention:
         pages = PageLists.of(metadata, kv_cache.block_size)
         _, num_heads, head_dim = query.shape
         shape = (num_heads, kv_cache.num_kv_heads, head_dim, kv_cache.block_size)
-        options = dict(q_data_type=query.dtype, kv_data_type=kv_cache.dtype, sm_scale=head_dim**-0.5)
+        options = {"q_data_type": query.dtype, "kv_data_type": kv_cache.dtype, "sm_scale": head_dim**-0.5}
         if metadata.is_decode_only:
             self._decode.plan(pages.page_indptr, pages.page_ids, pages.last_page_len, *shape, **options)
         else:
