@@ -82,7 +82,7 @@ def store_tkv_tail_reference(
             layer.value_tail[slot, position % layer.block_size] = value_exact[row]
 
 
-def _context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch.Tensor, length: int) -> torch.Tensor:
+def context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch.Tensor, length: int) -> torch.Tensor:
     """The first `length` positions of one sequence, decoded (sink pool below sink_tokens): fp32 [length, Hkv, D]."""
     positions = torch.arange(length, device=block_table.device)
     block_ids = block_table.long()[positions // layer.block_size]
@@ -134,8 +134,8 @@ def tkv_paged_prefill_attention_reference(
         if end == begin:
             continue
         prefix_len = seq_len - (end - begin)
-        keys = _context_in_code_space(layer, "key", block_tables[seq], seq_len)
-        values = _context_in_code_space(layer, "value", block_tables[seq], seq_len)
+        keys = context_in_code_space(layer, "key", block_tables[seq], seq_len)
+        values = context_in_code_space(layer, "value", block_tables[seq], seq_len)
         for row in range(begin, end):
             position = prefix_len + row - begin
             own = (position, prefix_len, begin)

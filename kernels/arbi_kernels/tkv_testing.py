@@ -20,6 +20,7 @@ from arbi_grpc.kv_codec.packing import unpack_codes
 from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
 from arbi_kernels.testing import BatchShape, random_paged_batch
 from arbi_kernels.tkv_reference import (
+    context_in_code_space,
     store_tkv_tail_reference,
     write_tkv_cache_reference,
 )
@@ -164,6 +165,25 @@ def random_tkv_batch(
         seq_lens=paged.seq_lens, tail_slots=tail_slots, key_exact=key_exact, value_exact=value_exact,
         softmax_scale=paged.softmax_scale,
     )
+
+
+def with_decoded_exact(batch: TkvBatch) -> TkvBatch:
+    """The batch with every exact value attention may read (its exact buffers and its sequences' tail rows) replaced
+    by the decoded codes of the same position: what a kernel reading codes instead of exact values computes. Tests
+    compare the reference on both to show they can tell the two apart."""
+    tails = {kind: getattr(batch.layer, f"{kind}_tail").clone() for kind in ("key", "value")}
+    exact = {"key": batch.key_exact.clone(), "value": batch.value_exact.clone()}
+    block_size = batch.layer.block_size
+    starts = batch.query_start_loc.tolist()
+    for seq, (seq_len, slot) in enumerate(zip(batch.seq_lens.tolist(), batch.tail_slots.tolist())):
+        prefix_len = seq_len - (starts[seq + 1] - starts[seq])
+        tail_start = prefix_len // block_size * block_size  # the tail rows the step may read
+        for kind in ("key", "value"):
+            decoded = context_in_code_space(batch.layer, kind, batch.block_tables[seq], seq_len).to(torch.float16)
+            exact[kind][starts[seq] : starts[seq + 1]] = decoded[prefix_len:]
+            tails[kind][slot, : prefix_len - tail_start] = decoded[tail_start:prefix_len]
+    layer = dataclasses.replace(batch.layer, key_tail=tails["key"], value_tail=tails["value"])
+    return dataclasses.replace(batch, layer=layer, key_exact=exact["key"], value_exact=exact["value"])
 
 
 TKV_POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")

@@ -1,4 +1,5 @@
-"""TKV paged decode attention against the torch reference: bits, GQA groups, pages, splits, sinks, ragged contexts."""
+"""TKV paged decode attention against the torch reference: bits, GQA groups, pages, splits, sinks, ragged contexts,
+and the sequence's last block read exact (tail slot + the new token's exact row) wherever the new token sits."""
 
 from __future__ import annotations
 
@@ -15,19 +16,53 @@ from arbi_kernels.tkv_testing import (
     TkvShape,
     assert_tkv_close,
     random_tkv_batch,
+    with_decoded_exact,
 )
 
 
+def _arguments(batch: TkvBatch, query: torch.Tensor) -> tuple:
+    return (query, batch.layer, batch.block_tables, batch.seq_lens, batch.tail_slots, batch.key_exact,
+            batch.value_exact, batch.softmax_scale)
+
+
 def _check(batch: TkvBatch, query: torch.Tensor, compute_dtype: torch.dtype, **kwargs) -> torch.Tensor:
-    actual = tkv_paged_decode_attention(
-        query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale, compute_dtype=compute_dtype,
-        **kwargs,
-    )
-    expected = tkv_paged_decode_attention_reference(
-        query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale
-    )
-    assert_tkv_close(actual, expected, compute_dtype)
+    actual = tkv_paged_decode_attention(*_arguments(batch, query), compute_dtype=compute_dtype, **kwargs)
+    assert_tkv_close(actual, tkv_paged_decode_attention_reference(*_arguments(batch, query)), compute_dtype)
     return actual
+
+
+@pytest.mark.parametrize(
+    ("page_size", "sink_tokens", "num_splits", "block_n", "prefetch", "compute_dtype"),
+    [
+        (16, 0, 3, 16, False, torch.float32),
+        (16, 1, 1, 64, False, torch.float32),
+        (32, 4, 4, 16, False, torch.float32),  # 16-token splits: a 32-token block spans two
+        (32, 1, 2, 32, True, torch.float32),
+        (16, 4, 3, 16, True, torch.float16),
+    ],
+)
+def test_last_block_is_read_exact_at_every_offset(page_size, sink_tokens, num_splits, block_n, prefetch,
+                                                  compute_dtype, device, generator):
+    """New tokens at offsets 0, 1 and page_size - 1 of a first and of a later block: the block's earlier positions
+    come from the tail slot, the new token from its exact row, never from their codes (the unread-code check:
+    the last blocks' scales and zeros are NaN), and the result tells exact from decoded values apart."""
+    shape = TkvShape(4, 2, 64, page_size, 4, 3, 32, sink_tokens)
+    blocks = int(torch.randint(1, 3, (1,), generator=generator))
+    seq_lens = [1, 2, page_size, blocks * page_size + 1, blocks * page_size + 2, (blocks + 1) * page_size]
+    batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
+    assert not torch.equal(batch.tail_slots.cpu(), torch.arange(len(seq_lens), dtype=torch.int32))
+    tiles = TkvDecodeTiles(block_n=block_n, num_stages=1 if prefetch else 2, prefetch=prefetch)
+    expected = tkv_paged_decode_attention_reference(*_arguments(batch, batch.query))
+    coded = tkv_paged_decode_attention_reference(*_arguments(with_decoded_exact(batch), batch.query))
+    rows = [row for row, seq_len in enumerate(seq_lens) if seq_len > max(sink_tokens, 1)]  # rows with exact keys
+    with pytest.raises(AssertionError):
+        assert_tkv_close(coded[rows], expected[rows], compute_dtype)
+    last_blocks = batch.block_tables[torch.arange(len(seq_lens)), (batch.seq_lens - 1).long() // page_size].long()
+    for pool in (batch.layer.key_scale, batch.layer.key_zero, batch.layer.value_scale, batch.layer.value_zero):
+        pool[last_blocks] = float("nan")
+    actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits, tiles=tiles,
+                                        compute_dtype=compute_dtype)
+    assert_tkv_close(actual, expected, compute_dtype)
 
 
 @pytest.mark.parametrize(
@@ -97,6 +132,9 @@ def test_zero_length_sequence_gives_zeros(device, generator):
     shape = TkvShape(4, 2, 64, 16, 4, 4)
     batch = random_tkv_batch(shape, [1, 0], [40, 0], device, generator)
     query = torch.randn((2, 4, 64), generator=generator).to(device)
+    padding = torch.full((1, 2, 64), float("nan"), dtype=torch.float16, device=device)  # a padding row reads nothing
+    batch = dataclasses.replace(batch, key_exact=torch.cat([batch.key_exact, padding]),
+                                value_exact=torch.cat([batch.value_exact, padding]))
     for num_splits in (1, 2):
         output = _check(batch, query, torch.float32, num_splits=num_splits)
         assert torch.count_nonzero(output[1]) == 0
@@ -116,6 +154,7 @@ def test_rejects_bad_arguments(device, generator):
     batch = random_tkv_batch(shape, [1, 1], [3, 5], device, generator)
     arguments = {
         "query": batch.query, "layer": batch.layer, "block_tables": batch.block_tables, "seq_lens": batch.seq_lens,
+        "tail_slots": batch.tail_slots, "key_exact": batch.key_exact, "value_exact": batch.value_exact,
         "softmax_scale": batch.softmax_scale,
     }
     cases = [
@@ -128,6 +167,12 @@ def test_rejects_bad_arguments(device, generator):
         ({"layer": dataclasses.replace(batch.layer, value_bits=8)}, "value_codes: expected shape"),
         ({"num_splits": 0}, "num_splits"),
         ({"compute_dtype": torch.bfloat16}, "compute_dtype"),
+        ({"key_exact": batch.key_exact.float()}, "key_exact: dtype"),
+        ({"value_exact": batch.value_exact[:1]}, r"value_exact: expected shape \[num_tokens=2"),
+        ({"tail_slots": batch.tail_slots.long()}, "tail_slots: dtype"),
+        ({"tail_slots": batch.tail_slots[:1]}, r"tail_slots: expected shape \[num_seqs=2"),
+        ({"layer": dataclasses.replace(batch.layer, value_tail=batch.layer.value_tail[:, :8])},
+         "value_tail: expected shape"),
     ]
     for change, message in cases:
         with pytest.raises(ValueError, match=message):

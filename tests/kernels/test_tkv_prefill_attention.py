@@ -1,11 +1,14 @@
 """TKV paged prefill/extend attention against the torch reference: cached prefixes, sinks inside and beyond the
-first tile, GQA, bits, and the write kernel feeding attention as the engine runs it (write first, then attend)."""
+first tile, GQA, bits, each query's own block read exact (chunks from mid-block across block boundaries, the
+block's earlier positions from the tail slot), and the write and tail kernels feeding attention as the engine
+runs them (write, attend, store the tail)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from arbi_kernels import (
+    store_tkv_tail,
     tkv_paged_decode_attention,
     tkv_paged_prefill_attention,
     write_tkv_cache,
@@ -21,16 +24,47 @@ from arbi_kernels.tkv_testing import (
     assert_tkv_close,
     random_model_space_kv,
     random_tkv_batch,
+    with_decoded_exact,
 )
 
 SMALL_TILES = PrefillTiles(block_m=16, block_n=16, num_warps=4)
 
 
-def _check(batch: TkvBatch, compute_dtype: torch.dtype) -> None:
-    arguments = (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
-                 batch.softmax_scale)
-    actual = tkv_paged_prefill_attention(*arguments, tiles=SMALL_TILES, compute_dtype=compute_dtype)
-    assert_tkv_close(actual, tkv_paged_prefill_attention_reference(*arguments), compute_dtype)
+def _arguments(batch: TkvBatch) -> tuple:
+    return (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens, batch.tail_slots,
+            batch.key_exact, batch.value_exact, batch.softmax_scale)
+
+
+def _check(batch: TkvBatch, compute_dtype: torch.dtype, tiles: PrefillTiles = SMALL_TILES) -> torch.Tensor:
+    expected = tkv_paged_prefill_attention_reference(*_arguments(batch))
+    assert_tkv_close(tkv_paged_prefill_attention(*_arguments(batch), tiles=tiles, compute_dtype=compute_dtype),
+                     expected, compute_dtype)
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("page_size", "tiles", "sink_tokens", "compute_dtype"),
+    [
+        (16, PrefillTiles(block_m=16, block_n=32, num_warps=4), 0, torch.float32),
+        (16, PrefillTiles(block_m=32, block_n=64, num_warps=4), 1, torch.float32),
+        (32, PrefillTiles(block_m=16, block_n=16, num_warps=4), 4, torch.float32),  # key tiles inside a block
+        (32, PrefillTiles(block_m=32, block_n=32, num_warps=4), 1, torch.float32),
+        (32, PrefillTiles(block_m=16, block_n=64, num_warps=4), 0, torch.float16),
+    ],
+)
+def test_own_block_exact_for_chunks_from_mid_block(page_size, tiles, sink_tokens, compute_dtype, device, generator):
+    """Chunks that start mid-block (their first block's earlier positions come from the tail slot) and cross one
+    or two block boundaries, a chunk from a block's start, a prompt; the result must tell exact from decoded."""
+    offset = int(torch.randint(1, page_size, (1,), generator=generator))
+    prefixes = [offset, page_size + offset, 2 * page_size, 0]
+    query_lens = [page_size + 3, 2 * page_size, page_size - 1, page_size + 5]
+    seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
+    shape = TkvShape(4, 2, 64, page_size, 4, 4, 32, sink_tokens)
+    batch = random_tkv_batch(shape, query_lens, seq_lens, device, generator)
+    expected = _check(batch, compute_dtype, tiles)
+    coded = tkv_paged_prefill_attention_reference(*_arguments(with_decoded_exact(batch)))
+    with pytest.raises(AssertionError):
+        assert_tkv_close(coded, expected, compute_dtype)
 
 
 @pytest.mark.parametrize(
@@ -56,25 +90,26 @@ def test_write_then_attend_as_the_engine_does(device, generator):
     """A prompt chunk is written by the kernel, attended by prefill, then one decode step follows."""
     shape = TkvShape(4, 2, 64, 16, 4, 3, 32, sink_tokens=1)
     prompt_len = 37
-    batch = random_tkv_batch(shape, [1], [prompt_len + 1], device, generator)  # a block table; pools are rewritten
-    layer, table = batch.layer, batch.block_tables
-    for start, end in ((0, prompt_len), (prompt_len, prompt_len + 1)):
+    batch = random_tkv_batch(shape, [1], [prompt_len + 3], device, generator)  # a block table; pools are rewritten
+    layer, table, tail_slots = batch.layer, batch.block_tables, batch.tail_slots
+    for start, end in ((0, 13), (13, prompt_len), (prompt_len, prompt_len + 1), (prompt_len + 1, prompt_len + 3)):
         positions = torch.arange(start, end, device=device)
         slots = table[0].long()[positions // shape.page_size] * shape.page_size + positions % shape.page_size
         key, value = random_model_space_kv(positions, 2, 64, device, generator)
-        write_tkv_cache(key, value, positions, slots, layer)
+        exact = write_tkv_cache(key, value, positions, slots, layer)
         query = torch.randn((end - start, 4, 64), generator=generator).to(device)
         seq_lens = torch.tensor([end], dtype=torch.int32, device=device)
+        starts = torch.tensor([0, end - start], dtype=torch.int32, device=device)
         if end - start > 1:
-            starts = torch.tensor([0, end - start], dtype=torch.int32, device=device)
-            arguments = (query, layer, table, starts, seq_lens, batch.softmax_scale)
+            arguments = (query, layer, table, starts, seq_lens, tail_slots, *exact, batch.softmax_scale)
             actual = tkv_paged_prefill_attention(*arguments, tiles=SMALL_TILES, compute_dtype=torch.float32)
             expected = tkv_paged_prefill_attention_reference(*arguments)
         else:
-            arguments = (query, layer, table, seq_lens, batch.softmax_scale)
+            arguments = (query, layer, table, seq_lens, tail_slots, *exact, batch.softmax_scale)
             actual = tkv_paged_decode_attention(*arguments, num_splits=2, compute_dtype=torch.float32)
             expected = tkv_paged_decode_attention_reference(*arguments)
         assert_tkv_close(actual, expected, torch.float32)
+        store_tkv_tail(*exact, layer, starts, seq_lens, tail_slots)
 
 
 def test_rejects_bad_arguments(device, generator):
@@ -82,7 +117,8 @@ def test_rejects_bad_arguments(device, generator):
     batch = random_tkv_batch(shape, [2, 1], [3, 5], device, generator)
     arguments = {
         "query": batch.query, "layer": batch.layer, "block_tables": batch.block_tables,
-        "query_start_loc": batch.query_start_loc, "seq_lens": batch.seq_lens, "softmax_scale": batch.softmax_scale,
+        "query_start_loc": batch.query_start_loc, "seq_lens": batch.seq_lens, "tail_slots": batch.tail_slots,
+        "key_exact": batch.key_exact, "value_exact": batch.value_exact, "softmax_scale": batch.softmax_scale,
     }
     cases = [
         ({"query_start_loc": batch.query_start_loc[:2]}, "query_start_loc: expected shape"),
@@ -90,6 +126,9 @@ def test_rejects_bad_arguments(device, generator):
         ({"query": batch.query[:, :, :32]}, "query: expected shape"),
         ({"max_query_len": 7}, "max_query_len"),
         ({"compute_dtype": torch.int8}, "compute_dtype"),
+        ({"key_exact": batch.key_exact[:2]}, r"key_exact: expected shape \[num_tokens=3"),
+        ({"value_exact": batch.value_exact.transpose(0, 1).contiguous().transpose(0, 1)}, "value_exact: strides"),
+        ({"tail_slots": batch.tail_slots[:1]}, "tail_slots: expected shape"),
     ]
     for change, message in cases:
         with pytest.raises(ValueError, match=message):

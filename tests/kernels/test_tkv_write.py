@@ -1,4 +1,5 @@
-"""TKV write by slot against arbi_grpc.kv_codec: codes, scales, zeros and sink entries (tkv_testing.assert_same_encoding)."""
+"""TKV write by slot against arbi_grpc.kv_codec: codes, scales, zeros and sink entries (tkv_testing.assert_same_encoding),
+and the exact code-space K/V it returns, bit for bit."""
 
 from __future__ import annotations
 
@@ -31,8 +32,12 @@ def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, ge
     positions = positions_of_slots(slots, shape.page_size, generator)
     key, value = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, device, generator)
     key, value = key.to(dtype), value.to(dtype)
-    write_tkv_cache(key, value, positions, slots, layer, tiles)
-    write_tkv_cache_reference(key, value, positions, slots, expected)
+    exact = write_tkv_cache(key, value, positions, slots, layer, tiles)
+    expected_exact = write_tkv_cache_reference(key, value, positions, slots, expected)
+    kept = slots >= 0
+    for actual_rows, expected_rows in zip(exact, expected_exact):
+        assert actual_rows.dtype == torch.float16 and actual_rows.shape == key.shape
+        assert torch.equal(actual_rows[kept], expected_rows[kept])
     return layer, expected
 
 
@@ -75,9 +80,10 @@ def test_strided_key_and_value_views(device, generator):
     key, value = fused[:, 4:6], fused[:, 6:8]
     positions = torch.arange(20, device=device)
     slots = torch.arange(20, device=device) + 16
-    write_tkv_cache(key, value, positions, slots, layer)
-    write_tkv_cache_reference(key, value, positions, slots, expected)
+    exact = write_tkv_cache(key, value, positions, slots, layer)
+    expected_exact = write_tkv_cache_reference(key, value, positions, slots, expected)
     assert_same_encoding(layer, expected)
+    assert all(torch.equal(actual, wanted) for actual, wanted in zip(exact, expected_exact))
 
 
 def test_only_positions_below_sink_tokens_touch_the_sink_pool(device, generator):
