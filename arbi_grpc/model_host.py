@@ -180,7 +180,17 @@ class ModelHost:
         return RuntimeSettings.of(self._config)
 
     async def update_runtime_settings(self, settings: RuntimeSettings) -> RuntimeSettings:
-        """Applies validated settings to the config new models load with and to the resident engine."""
+        """Applies validated settings to the config new models load with and to the resident engine. More running
+        requests than the resident engine was built for is refused: its tail slots (and a TKV cache's sink rows)
+        are sized at load."""
+        if self._served is not None:
+            capacity = self._served.engine.scheduler.tail_slots.num_slots
+            if settings.max_running_requests > capacity:
+                raise FailedPreconditionError(
+                    f"max_running_requests: the resident model was loaded for at most {capacity} running requests "
+                    f"(its KV tail slots are sized at load); lower it freely, or restart with "
+                    f"--max-running-requests {settings.max_running_requests}"
+                )
         self._config = dataclasses.replace(self._config, **dataclasses.asdict(settings))
         if self._served is not None:
             await self._apply(self._served.engine, settings)

@@ -146,7 +146,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             await abort_with_status(context, build_status(
                 grpc.StatusCode.INVALID_ARGUMENT, message, "INVALID_FIELD", violations))
         updated = dataclasses.replace(self._host.runtime_settings(), **values)
-        await self._host.update_runtime_settings(updated)
+        try:
+            await self._host.update_runtime_settings(updated)
+        except ArbiError as error:
+            await abort_with(context, error)
         log.info("runtime settings updated: %s", values)
         return pb.UpdateRuntimeConfigResponse(config=convert.runtime_config(updated))
 

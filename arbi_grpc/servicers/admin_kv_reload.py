@@ -49,7 +49,7 @@ async def reload_kv_calibration(host: ModelHost, path: str, kv_bits: str, drain_
     _check_budget(calibration, current, config.kv_cache_memory_bytes)
     storage = await asyncio.to_thread(
         TkvPagedKVCache, calibration, num_blocks=current.num_blocks, block_size=current.block_size,
-        device=current.device, num_sink_blocks=current.num_sink_blocks,
+        device=current.device, num_sink_blocks=current.num_sink_blocks, num_tail_slots=current.num_tail_slots,
     )
     flushed, cancelled = await host.rebuild_quiesced(
         f"reloading the KV calibration from {path}", drain_timeout_s, lambda engine: _swap(engine, storage), config
@@ -58,11 +58,13 @@ async def reload_kv_calibration(host: ModelHost, path: str, kv_bits: str, drain_
 
 
 def _check_budget(calibration: TkvCalibration, current: TkvPagedKVCache, budget_bytes: int) -> None:
-    needed = TkvPagedKVCache.num_bytes_for(calibration, current.block_size, current.num_blocks, current.num_sink_blocks)
+    needed = TkvPagedKVCache.num_bytes_for(
+        calibration, current.block_size, current.num_blocks, current.num_sink_blocks, current.num_tail_slots
+    )
     if needed > budget_bytes:
         raise ResourceExhaustedError(
-            f"memory budget: with the new bits the KV cache's {current.num_blocks} blocks and "
-            f"{current.num_sink_blocks} sink rows need {needed / MIB:.1f} MiB, "
+            f"memory budget: with the new bits the KV cache's {current.num_blocks} blocks, "
+            f"{current.num_sink_blocks} sink rows and {current.num_tail_slots} tail slots need {needed / MIB:.1f} MiB, "
             f"more than kv_cache_memory_mib={budget_bytes // MIB}; restart with a larger --kv-cache-memory-mib"
         )
 

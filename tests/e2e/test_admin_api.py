@@ -126,6 +126,10 @@ def test_runtime_config_is_validated_and_applied(admin: ArbiClient, stub, served
                 stub_admin.UpdateRuntimeConfig(request, metadata=metadata)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
             assert _bad_request_fields(refused.value) == fields, name
+    with pytest.raises(grpc.RpcError) as beyond:
+        admin.update_runtime_config(max_running_requests=before.max_running_requests + 1)
+    assert beyond.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "--max-running-requests" in beyond.value.details()
     assert admin.get_runtime_config() == before  # refused updates change nothing
 
 
