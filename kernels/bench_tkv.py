@@ -197,7 +197,7 @@ def decode_only(generator: torch.Generator, flush: torch.Tensor) -> tuple[list[B
         bench = build(shape, [1] * batch_size, [32768] * batch_size, generator)
         batch = bench.paged
         expected = tkv_paged_decode_attention_reference(batch.query, bench.layer, batch.block_tables, batch.seq_lens,
-                                                        batch.softmax_scale)
+                                                        *bench.exact_arguments(), batch.softmax_scale)
         bf16 = measure(bf16_decode_case(bench), flush)
         timed = [measure(tkv_decode_case(bench, shape, tiles, splits, expected=expected), flush)
                  for tiles, splits in variants]

@@ -56,11 +56,20 @@ WRITE_TOKEN_COUNTS = (4, 32768)
 
 @dataclass(frozen=True)
 class TkvBench:
-    """A bf16 paged batch and the same contexts encoded in a TKV layer (same block tables and q)."""
+    """A bf16 paged batch and the same contexts encoded in a TKV layer (same block tables and q), with each
+    sequence's tail slot holding its exact pre-step positions of the block the step starts in, and the step
+    tokens' exact code-space K/V (what write_tkv_cache returns)."""
 
     paged: PagedBatch
     layer: TkvLayerStorage
+    tail_slots: torch.Tensor  # [B] int32
+    key_exact: torch.Tensor  # [T, Hkv, D] fp16
+    value_exact: torch.Tensor
     label: str
+
+    def exact_arguments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tail_slots, key_exact, value_exact), as the TKV attention kernels take them."""
+        return self.tail_slots, self.key_exact, self.value_exact
 
 
 def tkv_token_bytes(shape: TkvShape) -> int:
@@ -75,17 +84,31 @@ def build(shape: TkvShape, query_lens: list[int], seq_lens: list[int], generator
         BatchShape(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.page_size, torch.bfloat16),
         query_lens, seq_lens, "cuda", generator,
     )
-    layer = random_tkv_layer(shape, paged.key_cache.shape[0], "cuda", generator)
-    for seq, length in enumerate(seq_lens):
-        for start in range(0, length, FILL_CHUNK_TOKENS):
-            positions = torch.arange(start, min(length, start + FILL_CHUNK_TOKENS), device="cuda")
-            blocks = paged.block_tables[seq].long()[positions // shape.page_size]
-            key, value = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, "cuda", generator)
-            write_tkv_cache(key.bfloat16(), value.bfloat16(), positions,
-                            blocks * shape.page_size + positions % shape.page_size, layer)
+    layer = random_tkv_layer(shape, paged.key_cache.shape[0], "cuda", generator, len(seq_lens))
+    tail_slots = torch.randperm(len(seq_lens), generator=generator, device="cuda").to(torch.int32)
+    step_rows: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def write(seq: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(start, end, device="cuda")
+        blocks = paged.block_tables[seq].long()[positions // shape.page_size]
+        key, value = random_model_space_kv(positions, shape.num_kv_heads, shape.head_dim, "cuda", generator)
+        return write_tkv_cache(key.bfloat16(), value.bfloat16(), positions,
+                               blocks * shape.page_size + positions % shape.page_size, layer)
+
+    for seq, (query_len, length) in enumerate(zip(query_lens, seq_lens)):
+        prefix_len = length - query_len
+        tail_start = prefix_len // shape.page_size * shape.page_size  # the block the step starts in
+        for start in range(0, tail_start, FILL_CHUNK_TOKENS):
+            write(seq, start, min(tail_start, start + FILL_CHUNK_TOKENS))
+        key_exact, value_exact = write(seq, tail_start, length)  # rows: the tail's positions, then the step's
+        slot = int(tail_slots[seq])
+        layer.key_tail[slot, : prefix_len - tail_start] = key_exact[: prefix_len - tail_start]
+        layer.value_tail[slot, : prefix_len - tail_start] = value_exact[: prefix_len - tail_start]
+        step_rows.append((key_exact[prefix_len - tail_start :], value_exact[prefix_len - tail_start :]))
     label = (f"B={len(seq_lens)} ctx={max(seq_lens)} Hq={shape.num_heads} Hkv={shape.num_kv_heads} "
              f"D={shape.head_dim} page={shape.page_size}")
-    return TkvBench(paged, layer, label)
+    return TkvBench(paged, layer, tail_slots, torch.cat([rows[0] for rows in step_rows]),
+                    torch.cat([rows[1] for rows in step_rows]), label)
 
 
 def bf16_decode_case(bench: TkvBench) -> BenchCase:
@@ -109,7 +132,8 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
                     expected: torch.Tensor | None = None) -> BenchCase:
     """expected: the reference output of this bench, when several cases share one."""
     batch, layer = bench.paged, bench.layer
-    arguments = (batch.query, layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
+    arguments = (batch.query, layer, batch.block_tables, batch.seq_lens, *bench.exact_arguments(),
+                 batch.softmax_scale)
     options = {"max_seq_len": int(batch.seq_lens.max()), "num_splits": num_splits, "tiles": tiles}
     model_query = batch.query.bfloat16()
 
@@ -180,7 +204,7 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
     bf16_arguments = (batch.query.bfloat16(), batch.key_cache, batch.value_cache, batch.block_tables,
                       batch.query_start_loc, batch.seq_lens, batch.softmax_scale)
     tkv_arguments = (batch.query, layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
-                     batch.softmax_scale)
+                     *bench.exact_arguments(), batch.softmax_scale)
     bounds = {"max_query_len": max(query_lens)}  # no host sync: the calls replay in a CUDA graph
     pairs = sum(q * (q + 1) // 2 for q in query_lens)
     flops = 4 * pairs * shape.num_heads * shape.head_dim

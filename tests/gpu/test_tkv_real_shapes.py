@@ -1,13 +1,18 @@
-"""TKV kernels compiled, at serving shapes: the write against the codec on the GPU (tkv_testing.assert_same_encoding),
-the query/output transforms bit for bit, decode and prefill against the torch reference with head dims 64/128,
-GQA 1/4/8, pages 16/32, every bit width (K and V different), contexts up to 32k, decode replayed in a CUDA graph,
-and the TKV Triton backend against the torch TKV backend."""
+"""TKV kernels compiled, at serving shapes: the write against the codec on the GPU (tkv_testing.assert_same_encoding)
+and its exact outputs bit for bit, the query/output transforms bit for bit, decode and prefill against the torch
+reference with head dims 64/128, GQA 1/4/8, pages 16/32, every bit width (K and V different), contexts up to 32k,
+each query's own block exact (decode at a block's offsets 0/1/last, prefill chunks from mid-block across
+boundaries), store_tkv_tail, decode replayed in a CUDA graph, and the TKV Triton backend against the torch TKV
+backend."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from arbi_kernels import (
+    store_tkv_tail,
     tkv_paged_decode_attention,
     tkv_paged_prefill_attention,
     tkv_transform_output,
@@ -17,6 +22,7 @@ from arbi_kernels import (
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
 from arbi_kernels.tkv_reference import (
+    store_tkv_tail_reference,
     tkv_paged_decode_attention_reference,
     tkv_paged_prefill_attention_reference,
     write_tkv_cache_reference,
@@ -31,6 +37,7 @@ from arbi_kernels.tkv_testing import (
     random_model_space_kv,
     random_tkv_batch,
     random_tkv_layer,
+    with_decoded_exact,
 )
 from bench_tkv import DECODE_ONLY_VARIANTS, SWEEP_DECODE_TILES
 from bench_tkv_cases import DEFAULT_DECODE_TILES, PLAIN_DECODE_TILES
@@ -49,17 +56,26 @@ LAYOUTS = [(64, 1, 16, 4, 4), (64, 4, 32, 2, 3), (64, 8, 16, 3, 5), (128, 1, 32,
            (128, 8, 32, 8, 2), (128, 4, 16, 4, 4)]
 
 
-def _decode(batch: TkvBatch, **kwargs) -> None:
-    arguments = (batch.query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
-    actual = tkv_paged_decode_attention(*arguments, **kwargs)
-    assert_tkv_close(actual, tkv_paged_decode_attention_reference(*arguments), torch.float16)
+def _decode_arguments(batch: TkvBatch) -> tuple:
+    return (batch.query, batch.layer, batch.block_tables, batch.seq_lens, batch.tail_slots, batch.key_exact,
+            batch.value_exact, batch.softmax_scale)
 
 
-def _prefill(batch: TkvBatch) -> None:
-    arguments = (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
-                 batch.softmax_scale)
-    actual = tkv_paged_prefill_attention(*arguments)
-    assert_tkv_close(actual, tkv_paged_prefill_attention_reference(*arguments), torch.float16)
+def _prefill_arguments(batch: TkvBatch) -> tuple:
+    return (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens, batch.tail_slots,
+            batch.key_exact, batch.value_exact, batch.softmax_scale)
+
+
+def _decode(batch: TkvBatch, **kwargs) -> torch.Tensor:
+    expected = tkv_paged_decode_attention_reference(*_decode_arguments(batch))
+    assert_tkv_close(tkv_paged_decode_attention(*_decode_arguments(batch), **kwargs), expected, torch.float16)
+    return expected
+
+
+def _prefill(batch: TkvBatch, **kwargs) -> torch.Tensor:
+    expected = tkv_paged_prefill_attention_reference(*_prefill_arguments(batch))
+    assert_tkv_close(tkv_paged_prefill_attention(*_prefill_arguments(batch), **kwargs), expected, torch.float16)
+    return expected
 
 
 @pytest.mark.parametrize(
@@ -77,9 +93,11 @@ def test_write_matches_the_codec(key_bits, value_bits, head_dim, page_size, devi
     positions = positions_of_slots(slots, page_size, generator)
     key, value = random_model_space_kv(positions, NUM_KV_HEADS, head_dim, device, generator)
     key, value = key.to(torch.bfloat16), value.to(torch.bfloat16)
-    write_tkv_cache(key, value, positions, slots, layer)
-    write_tkv_cache_reference(key, value, positions, slots, expected)
+    exact = write_tkv_cache(key, value, positions, slots, layer)
+    expected_exact = write_tkv_cache_reference(key, value, positions, slots, expected)
     assert_same_encoding(layer, expected)
+    for actual_rows, expected_rows in zip(exact, expected_exact):
+        assert torch.equal(actual_rows[slots >= 0], expected_rows[slots >= 0])
 
 
 @pytest.mark.parametrize("num_tokens", [1, 3, 8, 32])
@@ -93,9 +111,11 @@ def test_decode_sized_writes_match_the_codec(num_tokens, head_dim, device, gener
     positions = positions_of_slots(slots, 16, generator)
     key, value = random_model_space_kv(positions, shape.num_kv_heads, head_dim, device, generator)
     key, value = key.to(torch.bfloat16), value.to(torch.bfloat16)
-    write_tkv_cache(key, value, positions, slots, layer)
-    write_tkv_cache_reference(key, value, positions, slots, expected)
+    exact = write_tkv_cache(key, value, positions, slots, layer)
+    expected_exact = write_tkv_cache_reference(key, value, positions, slots, expected)
     assert_same_encoding(layer, expected)
+    for actual_rows, expected_rows in zip(exact, expected_exact):
+        assert torch.equal(actual_rows[slots >= 0], expected_rows[slots >= 0])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -154,7 +174,7 @@ def test_decode_ptx_nibbles(head_dim, key_bits, value_bits, sink_tokens, device,
     seq_lens = [int(torch.randint(4096, 12289, (1,), generator=generator, device=device)), 1, 300, 17]
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, key_bits, value_bits, 32, sink_tokens)
     batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
-    arguments = (batch.query, batch.layer, batch.block_tables, batch.seq_lens, batch.softmax_scale)
+    arguments = _decode_arguments(batch)
     expected = tkv_paged_decode_attention_reference(*arguments)
     for transposed in (False, True):
         outputs = [tkv_paged_decode_attention(*arguments, tiles=TkvDecodeTiles(64, 4, 2, ptx_nibbles=ptx,
@@ -169,7 +189,8 @@ def test_decode_replays_in_a_cuda_graph(device, generator):
     shape = TkvShape(8, 2, 128, 16, 4, 4)
     batch = random_tkv_batch(shape, [1] * 4, [4096] * 4, device, generator)
     seq_lens = batch.seq_lens.clone()
-    arguments = (batch.query, batch.layer, batch.block_tables, seq_lens, batch.softmax_scale)
+    arguments = (batch.query, batch.layer, batch.block_tables, seq_lens, batch.tail_slots, batch.key_exact,
+                 batch.value_exact, batch.softmax_scale)
     tkv_paged_decode_attention(*arguments, max_seq_len=4096, num_splits=8)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -204,11 +225,60 @@ def test_prefill_every_tile_shape_with_and_without_sinks(tiles, head_dim, sink_t
     """Regression: 8 warps over a 64-row tile miscompiled the 16-key sink tile (wrong outputs at D=128, an illegal
     address at D=64); the sink tile now spans a whole key tile (prefill_sink_tile_size)."""
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, 4, 4, 32, sink_tokens=sink_tokens)
-    batch = random_tkv_batch(shape, [1, 300, 700], [1, 1300, 700], device, generator)
-    arguments = (batch.query, batch.layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
-                 batch.softmax_scale)
-    actual = tkv_paged_prefill_attention(*arguments, tiles=tiles)
-    assert_tkv_close(actual, tkv_paged_prefill_attention_reference(*arguments), torch.float16)
+    _prefill(random_tkv_batch(shape, [1, 300, 700], [1, 1300, 700], device, generator), tiles=tiles)
+
+
+@pytest.mark.parametrize("tiles", [PLAIN_DECODE_TILES, DEFAULT_DECODE_TILES,
+                                   TkvDecodeTiles(64, 4, 1, prefetch=True, ptx_nibbles=True, transposed_dots=True)],
+                         ids=["plain", "default", "prefetch"])
+@pytest.mark.parametrize(("page_size", "sink_tokens"), [(16, 0), (16, 4), (32, 1)])
+def test_decode_reads_the_last_block_exact_at_every_offset(page_size, sink_tokens, tiles, device, generator):
+    """New tokens at offsets 0, 1 and page_size - 1 of a first and a later block, Llama's GQA 4 at D=128, K4V4,
+    several splits: against the reference, which differs from the all-decoded result by more than the bound."""
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, 128, page_size, 4, 4, 32, sink_tokens)
+    base = 200 * page_size
+    seq_lens = [1, 2, page_size, base + 1, base + 2, base + page_size]
+    batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
+    expected = _decode(batch, tiles=tiles, num_splits=4)
+    coded = tkv_paged_decode_attention_reference(*_decode_arguments(with_decoded_exact(batch)))
+    with pytest.raises(AssertionError):
+        assert_tkv_close(coded, expected, torch.float16)
+
+
+@pytest.mark.parametrize("tiles", [None, PrefillTiles(64, 32, 4), PrefillTiles(64, 16, 8)], ids=["default", "n32",
+                                                                                                "n16"])
+@pytest.mark.parametrize(("head_dim", "page_size", "sink_tokens"), [(128, 16, 1), (128, 32, 4), (64, 32, 0)])
+def test_prefill_chunks_from_mid_block_read_the_tail(head_dim, page_size, sink_tokens, tiles, device, generator):
+    """Chunks that start mid-block (the block's earlier positions from the tail slot) and cross boundaries, next to
+    a prompt, at serving tiles: against the reference, which differs from the all-decoded result."""
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, 4, 4, 32, sink_tokens)
+    prefixes = [page_size // 2 + 1, 100 * page_size + 3, 0]
+    query_lens = [3 * page_size + 5, 700, 513]
+    batch = random_tkv_batch(shape, query_lens, [q + p for q, p in zip(query_lens, prefixes)], device, generator)
+    expected = _prefill(batch, tiles=tiles)
+    coded = tkv_paged_prefill_attention_reference(*_prefill_arguments(with_decoded_exact(batch)))
+    with pytest.raises(AssertionError):
+        assert_tkv_close(coded, expected, torch.float16)
+
+
+@pytest.mark.parametrize("page_size", [16, 32])
+def test_store_tkv_tail_matches_the_reference(page_size, device, generator):
+    """Llama's 8 kv heads at D=128: decodes at every offset, chunks across boundaries, padding rows."""
+    shape = TkvShape(8, 8, 128, page_size, 4, 4)
+    query_lens = [1] * page_size + [700, 3 * page_size, 0, 0]
+    seq_lens = [page_size * 5 + offset + 1 for offset in range(page_size)] + [1000, 4 * page_size + 1, 0, 0]
+    num_slots = len(seq_lens) + 5
+    layer = random_tkv_layer(shape, 1, device, generator, num_slots)
+    tail_slots = torch.randperm(num_slots, generator=generator, device=device)[: len(seq_lens)].int()
+    key_exact, value_exact = (torch.randn((sum(query_lens), 8, 128), generator=generator, device=device).half()
+                              for _ in range(2))
+    query_start_loc = torch.tensor([0, *query_lens], device=device).cumsum(0).int()
+    seq_lens_tensor = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    expected = dataclasses.replace(layer, key_tail=layer.key_tail.clone(), value_tail=layer.value_tail.clone())
+    store_tkv_tail(key_exact, value_exact, layer, query_start_loc, seq_lens_tensor, tail_slots)
+    store_tkv_tail_reference(key_exact, value_exact, expected, query_start_loc, seq_lens_tensor, tail_slots)
+    assert torch.equal(layer.key_tail, expected.key_tail)
+    assert torch.equal(layer.value_tail, expected.value_tail)
 
 
 def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
@@ -220,12 +290,14 @@ def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
         key_scales=torch.exp(0.3 * torch.randn(shape)), value_scales=torch.exp(0.3 * torch.randn(shape)),
         key_shifts=torch.randn(shape), value_shifts=0.2 * torch.randn(shape), sink_tokens=1,
     )
-    caches = [TkvPagedKVCache(calibration, num_blocks=300, block_size=block_size, device=device) for _ in range(2)]
+    caches = [TkvPagedKVCache(calibration, num_blocks=300, block_size=block_size, device=device, num_tail_slots=3)
+              for _ in range(2)]
     backends = (TkvTritonPagedAttention(), TkvTorchPagedAttention.for_device(device))
     tables = [list(range(140)), list(range(140, 300))]
     for query_lens, seq_lens in (([1500, 700], [1500, 700]), ([1, 1], [1501, 701]), ([1, 300], [1502, 1001])):
         metadata = AttentionMetadata.build(
-            query_lens=query_lens, seq_lens=seq_lens, block_tables=tables, block_size=block_size, device=device
+            query_lens=query_lens, seq_lens=seq_lens, block_tables=tables, block_size=block_size, device=device,
+            tail_slots=[2, 0],
         )
         num_tokens = sum(query_lens)
         query = torch.randn((num_tokens, num_heads, head_dim), generator=generator, device=device).bfloat16()
@@ -248,7 +320,8 @@ def test_triton_backend_decode_replays_in_a_cuda_graph(device, generator):
         key_scales=torch.exp(0.3 * torch.randn(shape)), value_scales=torch.exp(0.3 * torch.randn(shape)),
         key_shifts=torch.randn(shape), value_shifts=0.2 * torch.randn(shape), sink_tokens=1,
     )
-    cache = TkvPagedKVCache(calibration, num_blocks=4 * 64, block_size=block_size, device=device)
+    cache = TkvPagedKVCache(calibration, num_blocks=4 * 64, block_size=block_size, device=device,
+                            num_tail_slots=batch + 1)
     backend = TkvTritonPagedAttention()
     tables = torch.arange(4 * 64, dtype=torch.int32, device=device).view(4, 64)
     slots = torch.full((batch,), -1, dtype=torch.int64, device=device)
@@ -258,7 +331,8 @@ def test_triton_backend_decode_replays_in_a_cuda_graph(device, generator):
     value = torch.zeros_like(key)
     metadata = AttentionMetadata(
         slot_mapping=slots, query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device=device),
-        seq_lens=seq_lens, block_tables=tables, query_lens_host=(1,) * batch, seq_lens_host=(1,) * batch,
+        seq_lens=seq_lens, block_tables=tables, tail_slots=torch.tensor([4, 2, 0, 1], dtype=torch.int32, device=device),
+        query_lens_host=(1,) * batch, seq_lens_host=(1,) * batch,
         seq_len_bound=64 * block_size,
     )
     backend.forward(0, query, key, value, metadata, cache)  # compile outside the capture

@@ -8,9 +8,8 @@ from __future__ import annotations
 import torch
 from arbi_kernels.tkv_testing import assert_same_encoding, copy_pools
 
-from arbi_grpc.kv_codec import TkvCalibration
+from arbi_grpc.kv_codec import TkvCalibration, torch_attention
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.kv_codec import torch_attention
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 from arbi_grpc.kv_codec.triton_attention import (
     TkvTritonPagedAttention,
