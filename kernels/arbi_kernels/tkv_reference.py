@@ -100,17 +100,19 @@ def context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch.
     return context
 
 
-def _with_own_block_exact(context: torch.Tensor, layer: TkvLayerTensors, kind: str, position: int,
-                          prefix_len: int, first_row: int, exact: torch.Tensor, tail_slot: int) -> torch.Tensor:
-    """The context [0, position] of the query at `position`, its own block's positions at or after sink_tokens
-    replaced by their exact values: this step's (row first_row + j - prefix_len of `exact`) from prefix_len on,
-    the tail slot's before."""
-    context = context[: position + 1].clone()
-    for j in range(max(position // layer.block_size * layer.block_size, layer.sink_tokens), position + 1):
-        if j >= prefix_len:
-            context[j] = exact[first_row + j - prefix_len].float()
-        else:
-            context[j] = getattr(layer, f"{kind}_tail")[tail_slot, j % layer.block_size].float()
+def _with_block_exact(context: torch.Tensor, layer: TkvLayerTensors, kind: str, block_start: int, block_end: int,
+                      prefix_len: int, first_row: int, exact: torch.Tensor, tail_slot: int) -> torch.Tensor:
+    """The context [0, block_end) of the queries in the block starting at block_start, that block's positions at
+    or after sink_tokens replaced by their exact values: this step's (row first_row + j - prefix_len of `exact`)
+    from prefix_len on, the tail slot's (row j % block_size) before."""
+    context = context[:block_end].clone()
+    exact_start = max(block_start, layer.sink_tokens)
+    step_start = max(exact_start, prefix_len)
+    context[step_start:block_end] = exact[first_row + step_start - prefix_len : first_row + block_end - prefix_len]
+    tail_end = min(prefix_len, block_end)
+    if exact_start < tail_end:
+        tail = getattr(layer, f"{kind}_tail")[tail_slot]
+        context[exact_start:tail_end] = tail[exact_start - block_start : tail_end - block_start].float()
     return context
 
 
@@ -126,9 +128,10 @@ def tkv_paged_prefill_attention_reference(
     softmax_scale: float,
 ) -> torch.Tensor:
     """Causal attention of q' [T, Hq, D] over the paged TKV context, each query's own block exact; fp32
-    [T, Hq, D] in the value code space."""
+    [T, Hq, D] in the value code space. The queries of one block share their context, so they attend together."""
     output = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
     starts = query_start_loc.tolist()
+    block_size = layer.block_size
     for seq, (seq_len, tail_slot) in enumerate(zip(seq_lens.tolist(), tail_slots.tolist())):
         begin, end = starts[seq], starts[seq + 1]
         if end == begin:
@@ -136,15 +139,16 @@ def tkv_paged_prefill_attention_reference(
         prefix_len = seq_len - (end - begin)
         keys = context_in_code_space(layer, "key", block_tables[seq], seq_len)
         values = context_in_code_space(layer, "value", block_tables[seq], seq_len)
-        for row in range(begin, end):
-            position = prefix_len + row - begin
-            own = (position, prefix_len, begin)
-            output[row] = _causal_attention(
-                query[row : row + 1],
-                _with_own_block_exact(keys, layer, "key", *own, key_exact, tail_slot),
-                _with_own_block_exact(values, layer, "value", *own, value_exact, tail_slot),
+        for block_start in range(prefix_len // block_size * block_size, seq_len, block_size):
+            block_end = min(block_start + block_size, seq_len)
+            own = (block_start, block_end, prefix_len, begin)
+            rows = slice(begin + max(block_start, prefix_len) - prefix_len, begin + block_end - prefix_len)
+            output[rows] = _causal_attention(  # the rows are the context's last positions, as it expects
+                query[rows],
+                _with_block_exact(keys, layer, "key", *own, key_exact, tail_slot),
+                _with_block_exact(values, layer, "value", *own, value_exact, tail_slot),
                 softmax_scale,
-            )[0]
+            )
     return output
 
 
