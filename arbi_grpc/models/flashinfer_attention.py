@@ -135,8 +135,9 @@ class FlashInferPagedAttention:
             # seq_lens given (pinned) spares the wrapper a context-length upload from pageable memory.
             self._prefill.plan(pages.query_indptr, pages.page_indptr, pages.page_ids, pages.last_page_len, *shape,
                                causal=True, seq_lens=pages.seq_lens, **options)
-        self._plan_copied = torch.cuda.Event()
-        self._plan_copied.record(torch.cuda.current_stream(query.device))
+        if query.is_cuda:  # always, when serving; the check lets the planning be tested on the CPU
+            self._plan_copied = torch.cuda.Event()
+            self._plan_copied.record(torch.cuda.current_stream(query.device))
         self._planned = metadata
 
     def _build_wrappers(self, device: torch.device) -> None:
