@@ -43,14 +43,13 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
     caches = [TkvPagedKVCache(calibration, num_blocks=12, block_size=BLOCK_SIZE, device=device, num_sink_blocks=10,
                               num_tail_slots=5) for _ in range(2)]  # sink rows for the first blocks only
     backends = (TkvTritonPagedAttention(compute_dtype=torch.float32), TkvTorchPagedAttention.for_device(device))
-    tables = [[3, 7, 1, 4], [0, 5], [9, 2, 11]]
+    tables = [[3, 7, 1, 4], [0, 5], [9, 2]]
     tail_slots = [3, 0, 4]  # sequence -> its tail slot
     steps = [  # (sequences, query_lens, seq_lens)
         ([0, 1], [20, 3], [20, 3]),  # prompt chunks from position 0, one across a block boundary
-        ([0, 1, 2], [1, 17, 35], [21, 20, 35]),  # a decode, a chunk from mid-block across a boundary, a prompt
-        ([0, 1, 2], [1, 1, 1], [22, 21, 36]),  # decode
-        ([2, 0], [1, 30], [37, 52]),  # a chunk from mid-block across two boundaries
-        ([0, 1, 2], [1, 1, 1], [53, 22, 38]),  # decode
+        ([0, 1, 2], [1, 17, 18], [21, 20, 18]),  # a decode, a chunk from mid-block across a boundary, a prompt
+        ([2, 0], [1, 28], [19, 49]),  # a decode, a chunk from mid-block across two boundaries
+        ([0, 1, 2], [1, 1, 1], [50, 21, 20]),  # decode
     ]
     original_write = torch_attention.write_tokens
     for sequences, query_lens, seq_lens in steps:
