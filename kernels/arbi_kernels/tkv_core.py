@@ -1,6 +1,6 @@
-"""What the TKV kernels share: the layer tensors they read and write, their validation, and the Triton helpers
-that locate a token's packed codes, group metadata and sink entry in the paged pools and decode a tile of them
-in registers.
+"""What the TKV kernels share: the layer tensors they read and write, their validation (and that of a step's exact
+K/V and tail slots), and the Triton helpers that locate a token's packed codes, group metadata, sink entry and
+exact row (tail pool or the step's exact buffer) and decode a tile of codes in registers.
 
 Layout (docs/tkv.md): a head vector of D channels is D*bits/8 bytes of little-endian packed codes plus D/G fp16
 scales and zeros, so the 8 codes of channels 8i..8i+7 fill exactly `bits` bytes: one "word". Widths 2, 4 and 8
