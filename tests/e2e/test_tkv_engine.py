@@ -58,7 +58,7 @@ def tkv_server(smollm2_dir: Path, bundles: dict[str, Path]) -> Iterator:
     from arbi_grpc.server import GrpcServer
 
     config = EngineConfig(model=str(smollm2_dir), kv_cache_dtype="tkv", kv_calibration=str(bundles["k8v8"]),
-                          kv_cache_memory_mib=32, max_waiting_requests=16)
+                          kv_cache_memory_mib=32, max_waiting_requests=16, max_running_requests=8)
     server = GrpcServer(build_served_model(config)).start()
     yield server
     server.stop()
@@ -110,11 +110,14 @@ def test_server_info_and_memory_report_name_the_setting(served_smollm2, tkv_serv
     assert fp32.kv_bytes_per_token_per_layer == 2 * 3 * 64 * 4  # K and V, 3 kv heads, head_dim 64, float32
     assert fp32.kv_cache_bytes == fp32.kv_block_count * fp32.kv_block_bytes
     # 16 tokens x 30 layers x 3 heads x (2 x 64 code bytes + 2 x 2 groups x 4 bytes); apart from the blocks, one
-    # fp16 sink token's K and V (30 layers, 3 heads, head_dim 64) for each block that may start a sequence
+    # fp16 sink token's K and V (30 layers, 3 heads, head_dim 64) for each block that may start a sequence, and a
+    # tail slot of 16 such tokens for each request that may run
     assert tkv.kv_block_bytes == 16 * 30 * 3 * (2 * 64 + 2 * 2 * 4)
     sink_rows = num_sink_blocks(tkv.kv_block_count, tkv_server.served.config.max_running_requests)
     assert sink_rows < tkv.kv_block_count
-    assert tkv.kv_cache_bytes == tkv.kv_block_count * tkv.kv_block_bytes + sink_rows * 30 * 3 * 64 * 2 * 2
+    tail_slots = tkv_server.served.config.max_running_requests  # one fp16 block of K and V per running request
+    assert tkv.kv_cache_bytes == (tkv.kv_block_count * tkv.kv_block_bytes + sink_rows * 30 * 3 * 64 * 2 * 2
+                                  + tail_slots * 30 * 16 * 3 * 64 * 2 * 2)
     for report in (fp32, tkv):
         assert report.kv_capacity_token_count == report.kv_block_count * report.kv_block_tokens
         assert report.kv_bytes_per_token_per_layer == report.kv_cache_bytes / (report.kv_capacity_token_count * 30)
