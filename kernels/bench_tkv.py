@@ -170,7 +170,7 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
         if batch_size in SWEEP_TILE_BATCHES:
             cases += [tkv_decode_case(bench, shape, tiles) for tiles in SWEEP_DECODE_TILES]
         cases += [tkv_decode_case(bench, shape, num_splits=count) for count in SWEEP_SPLITS.get(batch_size, ())]
-    prefill_tiles = (PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 32, 8), PrefillTiles(64, 32, 4))
+    prefill_tiles = (PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(32, 32, 4))
     return cases + prefill_cases(shape, [2048] * 4, generator, prefill_tiles)[1:]
 
 

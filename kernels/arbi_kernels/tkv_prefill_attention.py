@@ -50,11 +50,23 @@ from arbi_kernels.tkv_core import (
 
 def default_tkv_prefill_tiles(head_dim: int) -> PrefillTiles:
     """64 x 64 tiles over 4 warps up to head_dim 128: on the H200 (2026-11-29, Llama GQA 4, K4V4) they took 1.08 ms
-    for four 2,048-token prompts where 8 warps took 1.66 ms and 128-row tiles 1.14 ms. Wider heads halve BLOCK_N
-    and take 8 warps to keep a decoded K and V tile in registers."""
+    for four 2,048-token prompts where 8 warps took 1.66 ms and 128-row tiles 1.14 ms. Wider heads take 32 x 32
+    tiles to keep decoded K and V tiles in registers (not yet run on a GPU at head_dim 256)."""
     if head_dim <= 128:
         return PrefillTiles(block_m=64, block_n=64, num_warps=4)
-    return PrefillTiles(block_m=64, block_n=32, num_warps=8)
+    return PrefillTiles(block_m=32, block_n=32, num_warps=4)
+
+
+def require_supported_prefill_tiles(tiles: PrefillTiles) -> None:
+    """Refuse key tiles narrower than both the query tile and 64 keys. With the exact-own-block tiles, Triton 3.6
+    on sm_90 miscompiled them (H200, 2026-11-29, one process per shape against the reference): (64, 32) and
+    (64, 16) tiles gave wrong outputs or illegal addresses at head_dim 64 and 128, pages 16 and 32, where
+    (32, 32), (64, 64) and (128, 64) tiles were right in every case. The interpreter computes them right."""
+    if tiles.block_n < min(tiles.block_m, 64):
+        raise ValueError(
+            f"tiles: block_n {tiles.block_n} is narrower than block_m {tiles.block_m} and than 64 keys, a shape the "
+            f"TKV prefill kernel miscompiles on sm_90; use block_n >= min(block_m, 64)"
+        )
 
 
 def prefill_sink_tile_size(sink_tokens: int, tiles: PrefillTiles) -> int:
@@ -255,6 +267,7 @@ def tkv_paged_prefill_attention(
         return output
 
     tiles = tiles or default_tkv_prefill_tiles(head_dim)
+    require_supported_prefill_tiles(tiles)
     grid = (triton.cdiv(max_query_len, tiles.block_m), num_seqs, num_heads)
     _tkv_prefill_kernel[grid](
         query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,

@@ -219,7 +219,7 @@ def test_prefill_long_prompt_and_long_prefix(head_dim, device, generator):
 
 
 @pytest.mark.parametrize("tiles", [PrefillTiles(64, 64, 8), PrefillTiles(64, 64, 4), PrefillTiles(32, 64, 8),
-                                   PrefillTiles(64, 32, 4), PrefillTiles(16, 16, 4), PrefillTiles(64, 16, 8)])
+                                   PrefillTiles(32, 32, 4), PrefillTiles(16, 16, 4), PrefillTiles(128, 64, 8)])
 @pytest.mark.parametrize(("head_dim", "sink_tokens"), [(64, 1), (128, 1), (128, 4), (128, 0)])
 def test_prefill_every_tile_shape_with_and_without_sinks(tiles, head_dim, sink_tokens, device, generator):
     """Regression: 8 warps over a 64-row tile miscompiled the 16-key sink tile (wrong outputs at D=128, an illegal
@@ -245,8 +245,8 @@ def test_decode_reads_the_last_block_exact_at_every_offset(page_size, sink_token
         assert_tkv_close(coded, expected, torch.float16)
 
 
-@pytest.mark.parametrize("tiles", [None, PrefillTiles(64, 32, 4), PrefillTiles(64, 16, 8)], ids=["default", "n32",
-                                                                                                "n16"])
+@pytest.mark.parametrize("tiles", [None, PrefillTiles(32, 32, 4), PrefillTiles(128, 64, 8)],
+                         ids=["default", "m32n32", "m128n64"])
 @pytest.mark.parametrize(("head_dim", "page_size", "sink_tokens"), [(128, 16, 1), (128, 32, 4), (64, 32, 0)])
 def test_prefill_chunks_from_mid_block_read_the_tail(head_dim, page_size, sink_tokens, tiles, device, generator):
     """Chunks that start mid-block (the block's earlier positions from the tail slot) and cross boundaries, next to

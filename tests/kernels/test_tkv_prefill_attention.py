@@ -129,6 +129,8 @@ def test_rejects_bad_arguments(device, generator):
         ({"key_exact": batch.key_exact[:2]}, r"key_exact: expected shape \[num_tokens=3"),
         ({"value_exact": batch.value_exact.transpose(0, 1).contiguous().transpose(0, 1)}, "value_exact: strides"),
         ({"tail_slots": batch.tail_slots[:1]}, "tail_slots: expected shape"),
+        ({"tiles": PrefillTiles(64, 32, 4)}, "block_n 32 is narrower than block_m 64"),
+        ({"tiles": PrefillTiles(64, 16, 8)}, "miscompiles on sm_90"),
     ]
     for change, message in cases:
         with pytest.raises(ValueError, match=message):
