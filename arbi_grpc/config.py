@@ -108,6 +108,12 @@ class EngineConfig:
             )
         if self.kv_cache_dtype == "auto":
             object.__setattr__(self, "kv_cache_dtype", self.dtype)
+        if self.kv_cache_dtype not in ("tkv", self.dtype) and self.attention_backend != "torch":
+            raise InvalidArgumentError(
+                "kv_cache_dtype",
+                f"the {self.attention_backend!r} attention kernels read a KV cache in the weights' dtype "
+                f"({self.dtype!r}), not {self.kv_cache_dtype!r}; use --kv-cache-dtype auto, or --attention-backend torch",
+            )
         if self.kv_cache_dtype != "tkv":
             for name in ("kv_bits", "kv_calibration"):
                 if getattr(self, name):

@@ -6,10 +6,12 @@ the CPU. Every K/V that attention reads went through the storage being measured.
   window), ppl = exp(mean loss).
   The change against fp32 comes with the standard error of the paired per-token loss difference: calibrations
   whose deltas differ by less than about two of those are not told apart by these 6,132 tokens.
-- Greedy agreement: 20 chat prompts, 32 greedy tokens each; the share of generations identical to fp32's.
+- Greedy agreement: 20 chat prompts, 32 greedy tokens each; the share of generations identical to those of the
+  `--greedy-reference` setting (fp32 unless told).
 
-Settings: `fp32` (float32 KV), `KxVy` (TKV with --kv-bits x/y over the bundle's scales), `bundle` (TKV with the
-bundle's own per-layer bits); `SETTING@DIR` takes another bundle for that setting.
+Settings: `fp32` (float32 KV), `bf16` (bfloat16 KV), `KxVy` (TKV with --kv-bits x/y over the bundle's scales),
+`bundle` (TKV with the bundle's own per-layer bits); `SETTING@DIR` takes another bundle for that setting. Weights
+are float32 in every setting, so only the KV storage differs.
 
     python -m arbi_grpc.benchmarks.tkv_perplexity --bundle DIR --settings fp32 K8V8 K4V4 K3V3@DIR3 \\
         --greedy-settings K4V4 --out bench-results/tkv_perplexity.json
@@ -49,6 +51,7 @@ GREEDY_PROMPTS = (
     "What language is spoken in Brazil?",
 )
 _TKV_BITS = re.compile(r"K([2-8])V([2-8])")
+PLAIN_KV_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,8 @@ class Setting:
     @classmethod
     def parse(cls, text: str, default_bundle: Path | None) -> Setting:
         name, _, bundle = text.partition("@")
-        if name == "fp32":
-            return cls(text, "float32")
+        if name in PLAIN_KV_DTYPES:
+            return cls(text, PLAIN_KV_DTYPES[name])
         bundle_dir = bundle or (str(default_bundle) if default_bundle else "")
         if not bundle_dir:
             raise SystemExit(f"setting {text!r} needs a calibration bundle: --bundle DIR or {name}@DIR")
@@ -72,7 +75,7 @@ class Setting:
             return cls(text, "tkv", "", bundle_dir)
         match = _TKV_BITS.fullmatch(name)
         if match is None:
-            raise SystemExit(f"setting {text!r}: expected fp32, bundle or KxVy (like K4V4), optionally @DIR")
+            raise SystemExit(f"setting {text!r}: expected fp32, bf16, bundle or KxVy (like K4V4), optionally @DIR")
         return cls(text, "tkv", f"{match[1]}/{match[2]}", bundle_dir)
 
     def engine_config(self, model: str, device: str) -> EngineConfig:
@@ -152,7 +155,8 @@ def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windo
     try:
         row = {
             "setting": setting.name,
-            "kv_codec": served.engine.runner.kv_cache.setting_name if setting.kv_cache_dtype == "tkv" else "float32",
+            "kv_codec": (served.engine.runner.kv_cache.setting_name if setting.kv_cache_dtype == "tkv"
+                         else setting.kv_cache_dtype),
             "kv_block_bytes": served.engine.runner.kv_cache.bytes_per_block,
         }
         losses = token_losses(served.engine, wikitext_windows(served, wikitext, num_windows)) if num_windows else None
@@ -179,16 +183,18 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, help="TKV calibration bundle for settings without @DIR")
     parser.add_argument("--settings", nargs="+", default=["fp32", "K8V8", "K4V4", "K3V3"])
     parser.add_argument("--greedy-settings", nargs="*", default=["K4V4"],
-                        help="settings whose greedy generations are compared with fp32's")
+                        help="settings whose greedy generations are compared with the reference's")
+    parser.add_argument("--greedy-reference", default="fp32", help="the setting greedy generations are compared with")
     parser.add_argument("--windows", type=int, default=NUM_WINDOWS, help="wikitext windows to score (0: none)")
     parser.add_argument("--out", type=Path, default=Path("bench-results/tkv_perplexity.json"))
     args = parser.parse_args()
     settings = [Setting.parse(text, args.bundle) for text in args.settings]
-    greedy_names = set(args.greedy_settings) | ({"fp32"} if args.greedy_settings else set())
+    greedy_names = set(args.greedy_settings) | ({args.greedy_reference} if args.greedy_settings else set())
     rows = [measure(s, args.model, args.device, args.wikitext, args.windows, s.name in greedy_names) for s in settings]
     reference = next((row for row in rows if row["setting"] == "fp32"), None)
-    print("| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = fp32 | tokens before divergence |\n"
-          "|---|---|---|---|---|---|---|")
+    greedy_reference = next((row for row in rows if row["setting"] == args.greedy_reference), None)
+    print(f"| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = {args.greedy_reference} | "
+          "tokens before divergence |\n|---|---|---|---|---|---|---|")
     for row in rows:
         ppl, delta, agreement, prefix = "", "", "", ""
         if row["ppl"] is not None:
@@ -197,20 +203,21 @@ def main() -> None:
                 change, error = paired_delta(row["losses"], reference["losses"])
                 row["change_vs_fp32"], row["change_standard_error"] = change, error
                 delta = f"{100 * change:+.2f}% ± {100 * error:.2f}"
-        if reference is not None and "greedy" in row and "greedy" in reference:
-            same = sum(a == b for a, b in zip(row["greedy"], reference["greedy"]))
-            row["greedy_agreement"] = same / len(reference["greedy"])
+        if greedy_reference is not None and "greedy" in row and "greedy" in greedy_reference:
+            same = sum(a == b for a, b in zip(row["greedy"], greedy_reference["greedy"]))
+            row["greedy_agreement"] = same / len(greedy_reference["greedy"])
             row["mean_common_prefix_tokens"] = statistics.mean(
-                _common_prefix(a, b) for a, b in zip(row["greedy"], reference["greedy"])
+                _common_prefix(a, b) for a, b in zip(row["greedy"], greedy_reference["greedy"])
             )
-            agreement = f"{same}/{len(reference['greedy'])}"
+            agreement = f"{same}/{len(greedy_reference['greedy'])}"
             prefix = f"{row['mean_common_prefix_tokens']:.1f} of {GREEDY_TOKENS}"
         print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {ppl} | {delta} | {agreement} | "
               f"{prefix} |")
     for row in rows:
         del row["losses"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"windows": args.windows, "window_tokens": WINDOW_TOKENS, "rows": rows},
+    args.out.write_text(json.dumps({"windows": args.windows, "window_tokens": WINDOW_TOKENS,
+                                    "greedy_reference": args.greedy_reference, "rows": rows},
                                    indent=2) + "\n")
     print(f"wrote {args.out}")
 

@@ -60,8 +60,9 @@ class TorchPagedAttention:
         key_cache, value_cache = kv_cache.layer(layer_index)
         block_size = kv_cache.block_size
         # Flat slot views: [num_blocks * block_size, num_kv_heads, head_dim]
-        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key)
-        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value)
+        # Stored in the cache's dtype, read back in the activations' (the two may differ: --kv-cache-dtype).
+        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key.to(key_cache.dtype))
+        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value.to(value_cache.dtype))
         output = torch.empty_like(query)  # [T, H, D]
         for start, end in self._decode_groups(metadata.decode_seq_lens_host, block_size):
             rows = metadata.decode_sequence_indices[start:end]
@@ -100,8 +101,8 @@ def _attend_decodes(
     num_blocks = -(-longest // block_size)
     tables = metadata.block_tables.index_select(0, rows)[:, :num_blocks].reshape(-1)  # [Bg * nb]
     padded_shape = (rows.shape[0], num_blocks * block_size, *key_cache.shape[2:])
-    context_keys = key_cache.index_select(0, tables).view(padded_shape)  # [Bg, nb * block_size, Hkv, D]
-    context_values = value_cache.index_select(0, tables).view(padded_shape)
+    context_keys = key_cache.index_select(0, tables).view(padded_shape).to(query.dtype)  # [Bg, nb * bs, Hkv, D]
+    context_values = value_cache.index_select(0, tables).view(padded_shape).to(query.dtype)
     token_rows = metadata.query_start_loc.index_select(0, rows).long()  # [Bg] flat index of each query
     seq_lens = metadata.seq_lens.index_select(0, rows)  # [Bg]
     key_positions = torch.arange(padded_shape[1], device=query.device)
@@ -126,8 +127,8 @@ def _attend_prefill(
     seq_len = metadata.seq_lens_host[sequence]
     start = query_starts[sequence]
     table = metadata.block_tables[sequence, : -(-seq_len // block_size)]  # [nb]
-    context_keys = key_cache.index_select(0, table).flatten(0, 1)[:seq_len]  # [L, Hkv, D]
-    context_values = value_cache.index_select(0, table).flatten(0, 1)[:seq_len]
+    context_keys = key_cache.index_select(0, table).flatten(0, 1)[:seq_len].to(query.dtype)  # [L, Hkv, D]
+    context_values = value_cache.index_select(0, table).flatten(0, 1)[:seq_len].to(query.dtype)
     # Query i sits at position seq_len - query_len + i and sees keys at positions <= its own.
     allowed = torch.ones(query_len, seq_len, dtype=torch.bool, device=query.device).tril(seq_len - query_len)
     attended = grouped_query_attention(

@@ -35,6 +35,9 @@ def test_bad_values_name_their_source() -> None:
         EngineConfig(device="cpu", attention_backend="triton")
     with pytest.raises(InvalidArgumentError, match="kv_cache_dtype"):
         EngineConfig(kv_cache_dtype="int4")
+    with pytest.raises(InvalidArgumentError, match="kv_cache_dtype: the 'triton' attention kernels read a KV cache"):
+        EngineConfig(device="cuda", dtype="float32", kv_cache_dtype="bfloat16")
+    assert EngineConfig(device="cpu", kv_cache_dtype="bfloat16").kv_cache_dtype == "bfloat16"  # torch casts
 
 
 def test_auto_settings_resolve_per_device() -> None:

@@ -46,13 +46,14 @@ def _play(
     num_layers: int,
     num_blocks: int = 160,
     backend: TorchPagedAttention = TorchPagedAttention(),
+    kv_dtype: torch.dtype = torch.float32,
 ) -> list[dict[int, torch.Tensor]]:
     """Run each step through the backend on every layer, layer l fed inputs scaled by l + 1 (so a mix-up between
     layers' caches shows), layers in random order. Returns per layer {sequence: outputs of its processed tokens}."""
     kv_heads, head_dim = sequences[0][1].shape[1:]
     kv_cache = PagedKVCache(
         num_layers=num_layers, num_blocks=num_blocks, block_size=block_size, num_kv_heads=kv_heads,
-        head_dim=head_dim, dtype=torch.float32, device="cpu",
+        head_dim=head_dim, dtype=kv_dtype, device="cpu",
     )
     runner = PagedStepRunner(block_size=block_size, num_blocks=num_blocks, rng=rng)
     outputs: list[dict[int, list[torch.Tensor]]] = [{seq: [] for seq in sequences} for _ in range(num_layers)]
@@ -85,6 +86,20 @@ def test_chunked_prefill_and_decode_match_dense(decode_group_size, block_size, h
     for layer, layer_outputs in enumerate(outputs):
         for sequence, (query, key, value) in sequences.items():
             torch.testing.assert_close(layer_outputs[sequence], _expected(query, key, value, layer))
+
+
+def test_a_bfloat16_cache_under_float32_activations_stores_rounded_keys_and_values(rng, torch_generator):
+    """--dtype float32 --kv-cache-dtype bfloat16: attention sees exactly the bf16-rounded K/V, in float32."""
+    prompt_lens = [rng.randint(2, 30) for _ in range(3)]
+    steps = chunked_schedule(rng, prompt_lens, decode_steps=3)
+    lengths = [tokens_needed(steps)[sequence] for sequence in range(len(prompt_lens))]
+    sequences = _random_sequences(torch_generator, lengths, 6, 2)
+    outputs = _play(rng, steps, sequences, block_size=4, num_layers=1, kv_dtype=torch.bfloat16)[0]
+    for sequence, (query, key, value) in sequences.items():
+        assert outputs[sequence].dtype == torch.float32
+        rounded = dense_causal_attention(query, key.bfloat16().float(), value.bfloat16().float())
+        torch.testing.assert_close(outputs[sequence], rounded)
+        assert not torch.allclose(outputs[sequence], dense_causal_attention(query, key, value), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize(
