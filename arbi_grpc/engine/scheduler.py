@@ -23,7 +23,7 @@ flight: such a sequence is never scheduled again (it ends when that token is rea
 admission in this very step. A batch slot is thus a held tail slot, and with as many tail slots as `max_running`
 an admission is never refused for lack of one while batch slots are free. Reusing a slot whose last writer is
 still in flight is safe: the later step writes it after, in the device's queue. The pool is sized from
-`max_running` at construction; raising the limit later (runtime settings) leaves the tail slots as the cap.
+`max_running` at construction; the admin API refuses to raise the limit above it later (`ModelHost`).
 """
 
 from __future__ import annotations
