@@ -27,10 +27,12 @@ def test_flashinfer_without_its_package_is_refused_with_what_to_install(monkeypa
 
 def test_flashinfer_serves_only_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
-    for dtype, kv_cache_dtype in (("float32", "auto"), ("bfloat16", "float32")):
-        config = EngineConfig(device="cuda", attention_backend="flashinfer", dtype=dtype, kv_cache_dtype=kv_cache_dtype)
-        with pytest.raises(InvalidArgumentError, match="'flashinfer' is wired for bfloat16 activations and KV cache"):
-            select_attention_backend(config)
+    config = EngineConfig(device="cuda", attention_backend="flashinfer", dtype="float32")
+    with pytest.raises(InvalidArgumentError, match="'flashinfer' is wired for bfloat16 activations and KV cache"):
+        select_attention_backend(config)
+    # A KV cache in another dtype than the weights is refused by the config already, for every kernel backend.
+    with pytest.raises(InvalidArgumentError, match="'flashinfer' attention kernels read a KV cache in the weights'"):
+        EngineConfig(device="cuda", attention_backend="flashinfer", dtype="bfloat16", kv_cache_dtype="float32")
 
 
 def test_flashinfer_is_served_when_it_imports(monkeypatch: pytest.MonkeyPatch) -> None:
