@@ -7,7 +7,9 @@ the CPU. Every K/V that attention reads went through the storage being measured.
   The change against fp32 comes with the standard error of the paired per-token loss difference: calibrations
   whose deltas differ by less than about two of those are not told apart by these 6,132 tokens.
 - Greedy agreement: 20 chat prompts, 32 greedy tokens each; the share of generations identical to those of the
-  `--greedy-reference` setting (fp32 unless told).
+  `--greedy-reference` setting (fp32 unless told). Where a generation departs from the reference's, the reference's
+  own margin there (its top-1 minus top-2 log-probability) says whether the departure was a near-tie, and whether
+  the token taken was the reference's second choice.
 
 Settings: `fp32` (float32 KV), `bf16` (bfloat16 KV), `KxVy` (TKV with --kv-bits x/y over the bundle's scales),
 `bundle` (TKV with the bundle's own per-layer bits); `SETTING@DIR` takes another bundle for that setting. Weights
@@ -26,7 +28,7 @@ import queue
 import re
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from arbi_grpc.config import EngineConfig
@@ -134,19 +136,43 @@ def paired_delta(losses: list[float], reference: list[float]) -> tuple[float, fl
     return math.exp(mean) - 1, math.exp(mean) * error
 
 
-def greedy_generations(served: ServedModel, prompts: tuple[str, ...] = GREEDY_PROMPTS) -> list[tuple[int, ...]]:
-    """GREEDY_TOKENS greedy tokens (EOS ignored) for each chat prompt."""
+@dataclass(frozen=True)
+class GreedyToken:
+    """A greedy token, the runner-up and the log-probability margin between them."""
+
+    token_id: int
+    runner_up: int
+    margin: float
+
+
+def greedy_generations(served: ServedModel, prompts: tuple[str, ...] = GREEDY_PROMPTS) -> list[list[GreedyToken]]:
+    """GREEDY_TOKENS greedy tokens (EOS ignored) for each chat prompt, with their runners-up."""
     template = served.inputs.chat_template
     generations = []
     for index, prompt in enumerate(prompts):
         request = GenerationRequest(
             request_id=f"greedy-{index}",
             prompt_token_ids=tuple(template.encode([{"role": "user", "content": prompt}])),
-            sampling=SamplingParams(temperature=0.0),
+            sampling=SamplingParams(temperature=0.0, logprobs_count=2),
             stopping=StoppingParams(max_output_tokens=GREEDY_TOKENS, ignore_eos=True),
         )
-        generations.append(tuple(t.token_id for out in run_request(served.engine, request) for t in out.tokens))
+        tokens = [t for out in run_request(served.engine, request) for t in out.tokens]
+        generations.append([
+            GreedyToken(t.token_id, t.top_logprobs[1][0], t.top_logprobs[0][1] - t.top_logprobs[1][1]) for t in tokens
+        ])
     return generations
+
+
+def departures(generations: list[list[GreedyToken]], reference: list[list[GreedyToken]]) -> list[tuple[float, bool]]:
+    """For each generation that leaves the reference's: the reference's margin at the first differing token, and
+    whether the token taken there was the reference's runner-up."""
+    found = []
+    for tokens, expected in zip(generations, reference, strict=True):
+        ids, expected_ids = tuple(t.token_id for t in tokens), tuple(t.token_id for t in expected)
+        first = _common_prefix(ids, expected_ids)
+        if first < min(len(ids), len(expected_ids)):
+            found.append((expected[first].margin, ids[first] == expected[first].runner_up))
+    return found
 
 
 def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windows: int, greedy: bool) -> dict:
@@ -163,7 +189,7 @@ def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windo
         row["ppl"] = math.exp(statistics.fmean(losses)) if losses else None
         row["losses"] = losses
         if greedy:
-            row["greedy"] = greedy_generations(served)
+            row["greedy"] = [[astuple(t) for t in tokens] for tokens in greedy_generations(served)]
     finally:
         served.engine.shutdown()
     row["seconds"] = round(time.perf_counter() - started, 1)
@@ -204,15 +230,25 @@ def main() -> None:
                 row["change_vs_fp32"], row["change_standard_error"] = change, error
                 delta = f"{100 * change:+.2f}% ± {100 * error:.2f}"
         if greedy_reference is not None and "greedy" in row and "greedy" in greedy_reference:
-            same = sum(a == b for a, b in zip(row["greedy"], greedy_reference["greedy"]))
-            row["greedy_agreement"] = same / len(greedy_reference["greedy"])
-            row["mean_common_prefix_tokens"] = statistics.mean(
-                _common_prefix(a, b) for a, b in zip(row["greedy"], greedy_reference["greedy"])
-            )
-            agreement = f"{same}/{len(greedy_reference['greedy'])}"
+            generations = [[GreedyToken(*t) for t in tokens] for tokens in row["greedy"]]
+            reference_generations = [[GreedyToken(*t) for t in tokens] for tokens in greedy_reference["greedy"]]
+            ids = [tuple(t.token_id for t in tokens) for tokens in generations]
+            reference_ids = [tuple(t.token_id for t in tokens) for tokens in reference_generations]
+            same = sum(a == b for a, b in zip(ids, reference_ids))
+            row["greedy_agreement"] = same / len(reference_ids)
+            row["mean_common_prefix_tokens"] = statistics.mean(_common_prefix(a, b) for a, b in zip(ids, reference_ids))
+            row["departures"] = departures(generations, reference_generations)
+            agreement = f"{same}/{len(reference_ids)}"
             prefix = f"{row['mean_common_prefix_tokens']:.1f} of {GREEDY_TOKENS}"
         print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {ppl} | {delta} | {agreement} | "
               f"{prefix} |")
+    for row in rows:
+        if row.get("departures"):
+            margins = sorted(margin for margin, _ in row["departures"])
+            runner_up = sum(took for _, took in row["departures"])
+            print(f"{row['setting']}: {len(margins)} departures from {args.greedy_reference}, where its own margin was "
+                  f"{statistics.median(margins):.3f} nats at the median and {margins[-1]:.3f} at most; "
+                  f"{runner_up} took its runner-up")
     for row in rows:
         del row["losses"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
