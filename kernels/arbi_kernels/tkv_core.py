@@ -1,6 +1,6 @@
-"""What the TKV kernels share: the layer tensors they read and write, their validation (and that of a step's exact
-K/V and tail slots), and the Triton helpers that locate a token's packed codes, group metadata, sink entry and
-exact row (tail pool or the step's exact buffer) and decode a tile of codes in registers.
+"""What the TKV kernels share: the layer tensors they read and write, their validation, and the Triton helpers
+that locate a token's packed codes, group metadata and sink entry in the paged pools and decode a tile of them
+in registers (the exact rows of a query's own block: tkv_exact.py).
 
 Layout (docs/tkv.md): a head vector of D channels is D*bits/8 bytes of little-endian packed codes plus D/G fp16
 scales and zeros, so the 8 codes of channels 8i..8i+7 fill exactly `bits` bytes: one "word". Widths 2, 4 and 8
@@ -19,13 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from arbi_kernels.checks import (
-    require_dtype,
-    require_head_dim,
-    require_same_device,
-    require_shape,
-    require_unit_last_stride,
-)
+from arbi_kernels.checks import require_head_dim, require_same_device
 
 SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
 WORD_DTYPES: dict[int, torch.dtype] = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -115,26 +109,6 @@ def validate_tkv_layer(layer: TkvLayerTensors) -> tuple[int, int, int, int]:
     require_same_device({name: getattr(layer, name) for name in TkvLayerTensors.__annotations__
                          if isinstance(getattr(layer, name), torch.Tensor)})
     return num_blocks, layer.block_size, num_kv_heads, head_dim
-
-
-def validate_exact_inputs(key_exact: torch.Tensor, value_exact: torch.Tensor, tail_slots: torch.Tensor, num_rows: int,
-                          num_seqs: int, num_kv_heads: int, head_dim: int) -> None:
-    """This step's exact code-space K/V (write_tkv_cache's result: fp16 [num_rows, Hkv, D], one stride pattern)
-    and each sequence's tail slot ([num_seqs] int32; its range is not checked, which would need a device sync)."""
-    for name, tensor in (("key_exact", key_exact), ("value_exact", value_exact)):
-        require_dtype(name, tensor, (torch.float16,))
-        require_shape(name, tensor, {"num_tokens": num_rows, "num_kv_heads": num_kv_heads, "head_dim": head_dim})
-        require_unit_last_stride(name, tensor)
-    if key_exact.stride() != value_exact.stride():
-        raise ValueError(f"value_exact: strides must equal key_exact's {key_exact.stride()}, got {value_exact.stride()}")
-    require_dtype("tail_slots", tail_slots, (torch.int32,))
-    require_shape("tail_slots", tail_slots, {"num_seqs": num_seqs})
-    require_unit_last_stride("tail_slots", tail_slots)
-
-
-def tail_tile_size(block_size: int) -> int:
-    """Rows of the one tile holding a block's exact positions (tl.dot needs at least 16)."""
-    return max(16, triton.next_power_of_2(block_size))
 
 
 def code_words(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -357,20 +331,6 @@ def load_sink_tile(sink_ptr, vectors, valid, HEAD_DIM: tl.constexpr):
     return tl.load(sink_ptr + vectors[:, None] * HEAD_DIM + dims[None, :], mask=valid[:, None], other=0.0).to(
         tl.float32
     )
-
-
-@triton.jit
-def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head, num_kv_heads,
-                    stride_exact_token, stride_exact_head, HEAD_DIM: tl.constexpr):
-    """Exact code-space entries (fp16) of N positions: float32 [N, D] in code_channels order, each from the tail
-    pool (row tail_rows = tail_slot * block_size + offset, where from_tail) or from this step's exact buffer
-    (token row step_rows, where from_step); 0 elsewhere."""
-    dims = code_channels(HEAD_DIM)
-    tail_vectors = tail_rows * num_kv_heads + kv_head
-    tail = tl.load(tail_ptr + tail_vectors[:, None] * HEAD_DIM + dims[None, :], mask=from_tail[:, None], other=0.0)
-    step_offsets = step_rows[:, None] * stride_exact_token + kv_head * stride_exact_head + dims[None, :]
-    step = tl.load(exact_ptr + step_offsets, mask=from_step[:, None], other=0.0)
-    return tl.where(from_tail[:, None], tail, step).to(tl.float32)
 
 
 @triton.jit

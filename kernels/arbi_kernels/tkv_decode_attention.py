@@ -48,16 +48,18 @@ from arbi_kernels.tkv_core import (
     code_channels,
     compute_precision,
     load_coded_vectors,
-    load_exact_rows,
     nibble_pair_view,
     packed_code_view,
     paged_slots,
     require_compute_dtype,
     sink_tile_size,
-    tail_tile_size,
     triton_dtype,
-    validate_exact_inputs,
     validate_tkv_layer,
+)
+from arbi_kernels.tkv_exact import (
+    load_exact_rows,
+    tail_tile_size,
+    validate_exact_inputs,
 )
 
 RESIDENT_PROGRAMS_PER_SM = 4  # default tiles on sm_90: 128 registers x 128 threads fill the 64K register file

@@ -36,16 +36,15 @@ from arbi_kernels.tkv_core import (
     compute_precision,
     decode_vectors,
     load_coded_vectors,
-    load_exact_rows,
     online_softmax_update,
     packed_code_view,
     paged_slots,
     require_compute_dtype,
     sink_tile_size,
     triton_dtype,
-    validate_exact_inputs,
     validate_tkv_layer,
 )
+from arbi_kernels.tkv_exact import load_exact_rows, validate_exact_inputs
 
 
 def default_tkv_prefill_tiles(head_dim: int) -> PrefillTiles:

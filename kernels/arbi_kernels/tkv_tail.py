@@ -23,10 +23,9 @@ from arbi_kernels.checks import (
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
     TkvLayerTensors,
-    tail_tile_size,
-    validate_exact_inputs,
     validate_tkv_layer,
 )
+from arbi_kernels.tkv_exact import tail_tile_size, validate_exact_inputs
 
 
 @triton.jit(do_not_specialize=["num_kv_heads"])
