@@ -13,6 +13,9 @@ from arbi_grpc.errors import InvalidArgumentError
 MIB = 1024 * 1024
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
+MAX_KV_EXACT_BLOCKS = 16
+# A TKV query's exact window is one tile of the attention kernels (arbi_kernels.tkv_exact.MAX_EXACT_WINDOW_TOKENS).
+MAX_EXACT_WINDOW_TOKENS = 256
 
 
 def setting(default, help: str):  # noqa: A002 (mirrors argparse's name)
@@ -43,6 +46,10 @@ class EngineConfig:
     )
     kv_calibration: str = setting(
         "", "TKV calibration bundle directory (from `arbi-serve calibrate`); required with --kv-cache-dtype tkv"
+    )
+    kv_exact_blocks: int = setting(
+        1, "TKV: blocks read exactly (fp16) by each query, its own and the ones before it; the others are read from "
+           f"their codes (1..{MAX_KV_EXACT_BLOCKS}, at most {MAX_EXACT_WINDOW_TOKENS} tokens with --block-size)"
     )
     block_size: int = setting(16, "tokens per KV cache block")
     kv_cache_memory_mib: int = setting(1024, "memory of the KV cache pool in MiB")
@@ -118,12 +125,20 @@ class EngineConfig:
             for name in ("kv_bits", "kv_calibration"):
                 if getattr(self, name):
                     raise InvalidArgumentError(name, f"applies to --kv-cache-dtype tkv only, not {self.kv_cache_dtype!r}")
+            if self.kv_exact_blocks != 1:
+                raise InvalidArgumentError(
+                    "kv_exact_blocks",
+                    f"applies to --kv-cache-dtype tkv only (a {self.kv_cache_dtype!r} cache is exact everywhere); "
+                    f"got {self.kv_exact_blocks}, leave it at 1",
+                )
         elif not self.kv_calibration:
             raise InvalidArgumentError(
                 "kv_calibration",
                 "--kv-cache-dtype tkv needs a calibration bundle of the served model: create one with "
                 f"`arbi-serve calibrate --model {self.model} --output DIR`, then pass --kv-calibration DIR",
             )
+        else:
+            check_kv_exact_blocks(self.kv_exact_blocks, self.block_size)
         parse_kv_bits(self.kv_bits)
 
     @property
@@ -139,6 +154,20 @@ class EngineConfig:
     @property
     def kv_cache_memory_bytes(self) -> int:
         return self.kv_cache_memory_mib * MIB
+
+
+def check_kv_exact_blocks(exact_blocks: int, block_size: int) -> None:
+    """TKV's exact window: 1..MAX_KV_EXACT_BLOCKS blocks of at most MAX_EXACT_WINDOW_TOKENS tokens together; else
+    InvalidArgumentError("kv_exact_blocks", ...)."""
+    if not 1 <= exact_blocks <= MAX_KV_EXACT_BLOCKS:
+        raise InvalidArgumentError("kv_exact_blocks", f"must be in [1, {MAX_KV_EXACT_BLOCKS}], got {exact_blocks}")
+    if exact_blocks * block_size > MAX_EXACT_WINDOW_TOKENS:
+        raise InvalidArgumentError(
+            "kv_exact_blocks",
+            f"{exact_blocks} exact blocks of {block_size} tokens make a window of {exact_blocks * block_size} tokens, "
+            f"more than the {MAX_EXACT_WINDOW_TOKENS} the TKV attention kernels hold in one tile; lower "
+            "--kv-exact-blocks or --block-size",
+        )
 
 
 def parse_kv_bits(text: str) -> tuple[int, int] | None:

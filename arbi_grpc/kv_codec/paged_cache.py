@@ -1,6 +1,7 @@
 """The paged TKV KV cache: per layer, packed key/value codes with their fp16 group scales and zeros, an fp16
-sink pool for each sequence's first tokens, an fp16 tail pool holding each running sequence's last block
-exactly, and the layer's calibrated transform, all on the device.
+sink pool for each sequence's first tokens, an fp16 tail pool holding each running sequence's last
+`exact_blocks` blocks exactly (a ring), and the layer's calibrated transform, all on the device; and the
+decoding of blocks back to the code space, which readers and the tail seeding share.
 
 Block ids, slots (block_id * block_size + offset) and block tables are those of the bf16 `PagedKVCache`. Only
 the first `num_sink_blocks` blocks have a sink row; the engine's block pool gives every sequence a first block
@@ -15,10 +16,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from arbi_grpc.config import check_kv_exact_blocks
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
 from arbi_grpc.kv_codec.packing import packed_width
+from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
 from arbi_grpc.kv_codec.spec import SINK_ELEMENT_BYTES, bytes_per_token, sink_bytes_per_sequence
 
 
@@ -30,9 +33,9 @@ class TkvLayerStorage:
     block_size, Hkv, D/G]; value_* the same with value_bits. key_sink / value_sink fp16 [num_sink_blocks,
     sink_tokens, Hkv, D]: position p < sink_tokens of a sequence, stored at [its first block, p] in the code
     space (H x - m) * s (a first block's id is below num_sink_blocks). key_tail / value_tail fp16
-    [num_tail_slots, block_size, Hkv, D]: position p of a running sequence's last block, at [its tail slot,
-    p % block_size], in the same code space. key_channel_scale / key_shift / value_channel_scale / value_shift:
-    fp32 [Hkv, D].
+    [num_tail_slots, exact_blocks * block_size, Hkv, D]: a ring of a running sequence's last `exact_blocks`
+    blocks, position p at [its tail slot, (p // block_size) % exact_blocks * block_size + p % block_size], in
+    the same code space. key_channel_scale / key_shift / value_channel_scale / value_shift: fp32 [Hkv, D].
     """
 
     key_codes: Tensor
@@ -64,11 +67,37 @@ class TkvLayerStorage:
     def head_dim(self) -> int:
         return self.key_channel_scale.shape[1]
 
+    @property
+    def exact_blocks(self) -> int:
+        """E: how many blocks up to a query's own one it reads exactly (the tail ring's blocks)."""
+        return self.key_tail.shape[1] // self.block_size
+
+    def ring_rows(self, positions: Tensor) -> Tensor:
+        """Row of each position [N] (int64) in its sequence's tail slot."""
+        block_size = self.block_size
+        return positions // block_size % self.exact_blocks * block_size + positions % block_size
+
+    def decoded_blocks(self, blocks: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of `blocks` [N] (int64) in the code space, dequantized from their codes, fp32
+        [N, block_size, Hkv, D] (sink positions too: readers overlay the sink pool themselves)."""
+        decoded = []
+        for codes, scale, zero, bits in (
+            (self.key_codes, self.key_scale, self.key_zero, self.key_bits),
+            (self.value_codes, self.value_scale, self.value_zero, self.value_bits),
+        ):
+            quantized = QuantizedGroups(
+                codes.index_select(0, blocks), scale.index_select(0, blocks), zero.index_select(0, blocks), bits,
+                self.group_size,
+            )
+            decoded.append(dequantize_groups(quantized))
+        return decoded[0], decoded[1]
+
 
 class TkvPagedKVCache:
     """The TKV storage of every layer for `num_blocks` blocks of `block_size` tokens, zeroed at creation, with sink
     rows for the first `num_sink_blocks` blocks (all of them when None) and `num_tail_slots` tail slots (the
-    sequences that may run at once).
+    sequences that may run at once) of `exact_blocks` blocks each (E: a query reads its own block and the E - 1
+    before it exactly).
 
     Built from a TkvCalibration (its per-layer bits are the ones stored; `engine_calibration` applies
     --kv-bits before). `codec(i)` is layer i's TkvLayerCodec over the same device transform tensors.
@@ -76,11 +105,12 @@ class TkvPagedKVCache:
 
     def __init__(
         self, calibration: TkvCalibration, *, num_blocks: int, block_size: int, device: torch.device | str,
-        num_sink_blocks: int | None = None, num_tail_slots: int,
+        num_sink_blocks: int | None = None, num_tail_slots: int, exact_blocks: int = 1,
     ) -> None:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size), ("num_tail_slots", num_tail_slots)):
             if value <= 0:
                 raise InvalidArgumentError(name, f"must be > 0, got {value}")
+        check_kv_exact_blocks(exact_blocks, block_size)
         num_sink_blocks = num_blocks if num_sink_blocks is None else num_sink_blocks
         if not 0 < num_sink_blocks <= num_blocks:
             raise InvalidArgumentError(
@@ -96,6 +126,7 @@ class TkvPagedKVCache:
         self.num_blocks = num_blocks
         self.num_sink_blocks = num_sink_blocks
         self.num_tail_slots = num_tail_slots
+        self.exact_blocks = exact_blocks
         self.block_size = block_size
         self.num_kv_heads = calibration.num_kv_heads
         self.head_dim = calibration.head_dim
@@ -116,7 +147,7 @@ class TkvPagedKVCache:
         slots = (self.num_blocks, self.block_size, self.num_kv_heads)
         groups = (*slots, self.head_dim // group_size)
         sink = (self.num_sink_blocks, sink_tokens, self.num_kv_heads, self.head_dim)
-        tail = (self.num_tail_slots, self.block_size, self.num_kv_heads, self.head_dim)
+        tail = (self.num_tail_slots, self.exact_blocks * self.block_size, self.num_kv_heads, self.head_dim)
 
         def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -165,20 +196,22 @@ class TkvPagedKVCache:
         )
 
     @staticmethod
-    def tail_slot_bytes_for(calibration: TkvCalibration, block_size: int) -> int:
-        """Bytes one tail slot costs over all layers: a block of fp16 keys and values of every KV head."""
-        return (calibration.num_layers * block_size * calibration.num_kv_heads * calibration.head_dim * 2
-                * SINK_ELEMENT_BYTES)
+    def tail_slot_bytes_for(calibration: TkvCalibration, block_size: int, exact_blocks: int = 1) -> int:
+        """Bytes one tail slot costs over all layers: `exact_blocks` blocks of fp16 keys and values of every KV
+        head."""
+        return (calibration.num_layers * exact_blocks * block_size * calibration.num_kv_heads * calibration.head_dim
+                * 2 * SINK_ELEMENT_BYTES)
 
     @classmethod
     def num_bytes_for(
-        cls, calibration: TkvCalibration, block_size: int, num_blocks: int, num_sink_blocks: int, num_tail_slots: int
+        cls, calibration: TkvCalibration, block_size: int, num_blocks: int, num_sink_blocks: int, num_tail_slots: int,
+        exact_blocks: int = 1,
     ) -> int:
         """Bytes of a whole pool of `num_blocks` blocks, `num_sink_blocks` of them with a sink row, and
-        `num_tail_slots` tail slots."""
+        `num_tail_slots` tail slots of `exact_blocks` blocks."""
         return (num_blocks * cls.bytes_per_block_for(calibration, block_size)
                 + num_sink_blocks * cls.sink_row_bytes_for(calibration)
-                + num_tail_slots * cls.tail_slot_bytes_for(calibration, block_size))
+                + num_tail_slots * cls.tail_slot_bytes_for(calibration, block_size, exact_blocks))
 
     @property
     def bytes_per_block(self) -> int:
@@ -190,13 +223,14 @@ class TkvPagedKVCache:
 
     @property
     def tail_slot_bytes(self) -> int:
-        return self.tail_slot_bytes_for(self.calibration, self.block_size)
+        return self.tail_slot_bytes_for(self.calibration, self.block_size, self.exact_blocks)
 
     @property
     def num_bytes(self) -> int:
         """Bytes of every block, sink row and tail slot (the channel transforms are apart: `transform_bytes`)."""
         return self.num_bytes_for(
-            self.calibration, self.block_size, self.num_blocks, self.num_sink_blocks, self.num_tail_slots
+            self.calibration, self.block_size, self.num_blocks, self.num_sink_blocks, self.num_tail_slots,
+            self.exact_blocks,
         )
 
     @property
@@ -214,7 +248,8 @@ class TkvPagedKVCache:
 
     @property
     def setting_name(self) -> str:
-        """What is stored, for people: "tkv K4V4 G32 sink1", or the average bits when layers differ."""
+        """What is stored, for people: "tkv K4V4 G32 sink1", or the average bits when layers differ; " exact4"
+        follows when a query reads more than its own block exactly."""
         calibration = self.calibration
         pairs = set(calibration.layer_bits)
         if len(pairs) == 1:
@@ -222,7 +257,8 @@ class TkvPagedKVCache:
             bits = f"K{key_bits}V{value_bits}"
         else:
             bits = f"{calibration.average_bits():.2f} bits per layer-allocated K/V"
-        return f"tkv {bits} G{calibration.group_size} sink{calibration.sink_tokens}"
+        window = f" exact{self.exact_blocks}" if self.exact_blocks > 1 else ""
+        return f"tkv {bits} G{calibration.group_size} sink{calibration.sink_tokens}{window}"
 
     @property
     def key_caches(self) -> list[Tensor]:
@@ -246,3 +282,20 @@ class TkvPagedKVCache:
     def codec(self, layer_index: int) -> TkvLayerCodec:
         """Layer `layer_index`'s codec: encodes K/V into the stored code space with this layer's bits."""
         return self._codecs[layer_index]
+
+    def seed_tail(self, tail_slot: int, block_ids: Tensor, first_block_index: int) -> None:
+        """Write the decoded values (code space, dequantized codes) of `block_ids` [N] (int64, on the cache's
+        device), a sequence's blocks `first_block_index`.. `first_block_index + N - 1`, into their ring rows of
+        `tail_slot` in every layer: the prefix-cache blocks a (re)admitted sequence's first query reads exactly
+        but that were never in its tail. Eager torch ops on the current stream (not for a CUDA graph)."""
+        if block_ids.numel() > self.exact_blocks:
+            raise ValueError(f"{block_ids.numel()} blocks do not fit a tail ring of {self.exact_blocks} blocks")
+        positions = torch.arange(
+            first_block_index * self.block_size, (first_block_index + block_ids.numel()) * self.block_size,
+            device=self.device,
+        )
+        for layer in self._layers:
+            rows = layer.ring_rows(positions)
+            for tail, decoded in zip((layer.key_tail, layer.value_tail), layer.decoded_blocks(block_ids)):
+                tail[tail_slot].index_copy_(0, rows, decoded.flatten(0, 1).to(tail.dtype))
+

@@ -1,11 +1,12 @@
 """The TKV attention backend in plain torch (CPU and GPU): encode new K/V into their slots and the sink pool,
 then attend each sequence's transformed queries over its own blocks, decoded to the code space, except the
-query's own block, which is read exactly (docs/tkv.md, "Exact own block"); last, keep each sequence's last
-block exact in its tail slot for the next steps.
+query's exact window, its own block and the `exact_blocks - 1` before it, which are read exactly (docs/tkv.md,
+"Exact own block"); last, keep each sequence's last `exact_blocks` blocks exact in the ring of its tail slot for
+the next steps.
 
-Keys and values attention reads went through the codec (write first, then attend), except sink positions and
-those in the query's own block: fp16 in the code space, from this step's tokens or the tail. Decode sequences
-are batched in padded groups as in the bf16 `TorchPagedAttention`.
+Keys and values attention reads went through the codec (write first, then attend), except sink positions (from
+the sink pool) and those in the query's window: fp16 in the code space, from this step's tokens or the tail
+ring. Decode sequences are batched in padded groups as in the bf16 `TorchPagedAttention`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from torch import Tensor
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.codec import TkvLayerCodec
 from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage, TkvPagedKVCache
-from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.torch_paged_attention import (
     TorchPagedAttention,
@@ -95,23 +95,31 @@ def write_tokens(
     return exact
 
 
+def window_start(position: int, block_size: int, exact_blocks: int) -> int:
+    """First position a query at `position` reads exactly: the start of the block `exact_blocks - 1` before its
+    own (position 0 near the sequence's start)."""
+    return max(position // block_size - exact_blocks + 1, 0) * block_size
+
+
 def store_tail(storage: TkvLayerStorage, exact: ExactTokens, metadata: AttentionMetadata) -> None:
-    """Copy this step's tokens that lie in their sequence's last block to [tail slot, position % block_size]."""
-    block_size = storage.block_size
+    """Copy this step's tokens that lie in their sequence's last `exact_blocks` blocks to their ring rows of its
+    tail slot."""
+    block_size, exact_blocks = storage.block_size, storage.exact_blocks
     rows: list[int] = []
     sequences: list[int] = []
-    offsets: list[int] = []
+    positions: list[int] = []
     start = 0
     for sequence, (query_len, seq_len) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host)):
         first_position = seq_len - query_len
-        for position in range(max(first_position, (seq_len - 1) // block_size * block_size), seq_len):
+        for position in range(max(first_position, window_start(seq_len - 1, block_size, exact_blocks)), seq_len):
             rows.append(start + position - first_position)
             sequences.append(sequence)
-            offsets.append(position % block_size)
+            positions.append(position)
         start += query_len
     device = exact.keys.device
     slots = metadata.tail_slots.long().index_select(0, torch.tensor(sequences, dtype=torch.int64, device=device))
-    destinations = slots * block_size + torch.tensor(offsets, dtype=torch.int64, device=device)
+    ring_rows = storage.ring_rows(torch.tensor(positions, dtype=torch.int64, device=device))
+    destinations = slots * storage.key_tail.shape[1] + ring_rows  # flat rows of [num_tail_slots * E * bs]
     rows_tensor = torch.tensor(rows, dtype=torch.int64, device=device)
     for tail, source in ((storage.key_tail, exact.keys), (storage.value_tail, exact.values)):
         tail.view(-1, *tail.shape[2:]).index_copy_(0, destinations, source.index_select(0, rows_tensor))
@@ -129,21 +137,6 @@ def _sink_rows(metadata: AttentionMetadata, sink_tokens: int) -> tuple[list[int]
             positions.append(first_position + offset)
         start += query_len
     return rows, positions
-
-
-def _decoded_blocks(storage: TkvLayerStorage, blocks: Tensor) -> tuple[Tensor, Tensor]:
-    """Keys and values of `blocks` [N] in the code space, fp32 [N, block_size, Hkv, D], sink slots applied."""
-    decoded = []
-    for codes, scale, zero, bits, sink in (
-        (storage.key_codes, storage.key_scale, storage.key_zero, storage.key_bits, storage.key_sink),
-        (storage.value_codes, storage.value_scale, storage.value_zero, storage.value_bits, storage.value_sink),
-    ):
-        quantized = QuantizedGroups(
-            codes.index_select(0, blocks), scale.index_select(0, blocks), zero.index_select(0, blocks), bits,
-            storage.group_size,
-        )
-        decoded.append(dequantize_groups(quantized))
-    return decoded[0], decoded[1]
 
 
 def _overlay_sinks(storage: TkvLayerStorage, first_blocks: Tensor, keys: Tensor, values: Tensor) -> None:
@@ -166,25 +159,33 @@ def _attend_decodes(
     longest: int,
     accumulated: Tensor,
 ) -> None:
-    """One-token sequences `rows` at once, their contexts decoded, padded to `longest` and masked; each one's last
-    block read from its tail, its new token from `exact`."""
-    block_size = storage.block_size
+    """One-token sequences `rows` at once, their contexts decoded, padded to `longest` and masked; each one's
+    window (its last `exact_blocks` blocks) read from its tail ring, its new token from `exact`."""
+    block_size, exact_blocks = storage.block_size, storage.exact_blocks
     num_blocks = -(-longest // block_size)
     tables = metadata.block_tables.index_select(0, rows)[:, :num_blocks].long()  # [Bg, nb]
-    keys, values = _decoded_blocks(storage, tables.reshape(-1))  # [Bg * nb, bs, Hkv, D]
+    keys, values = storage.decoded_blocks(tables.reshape(-1))  # [Bg * nb, bs, Hkv, D]
     padded_shape = (rows.shape[0], num_blocks * block_size, storage.num_kv_heads, storage.head_dim)
     keys, values = keys.view(padded_shape), values.view(padded_shape)
-    _overlay_sinks(storage, tables[:, 0], keys, values)
     token_rows = metadata.query_start_loc.index_select(0, rows).long()  # [Bg] flat index of each query
     seq_lens = metadata.seq_lens.index_select(0, rows).long()  # [Bg]
     group_rows = torch.arange(rows.shape[0], device=rows.device)
     tail_slots = metadata.tail_slots.index_select(0, rows).long()
+    last_blocks = (seq_lens - 1) // block_size  # [Bg]
     for context, tail, new in ((keys, storage.key_tail, exact.keys), (values, storage.value_tail, exact.values)):
-        # Positions before the new token in its block come from the tail (later ones are masked out).
-        context.view(rows.shape[0], num_blocks, block_size, *context.shape[2:])[
-            group_rows, (seq_lens - 1) // block_size
-        ] = tail.index_select(0, tail_slots).float()
+        context_blocks = context.view(rows.shape[0], num_blocks, block_size, *context.shape[2:])
+        ring = tail.view(tail.shape[0], exact_blocks, block_size, *tail.shape[2:])  # [slots, E, bs, Hkv, D]
+        # The window's blocks before the new token come from the ring (its later positions are masked out); a
+        # window reaching before the sequence's start keeps those (absent) blocks as they are.
+        for back in range(exact_blocks):
+            block = last_blocks - back
+            target = block.clamp(min=0)
+            before_start = (block < 0)[:, None, None, None]
+            context_blocks[group_rows, target] = torch.where(
+                before_start, context_blocks[group_rows, target], ring[tail_slots, target % exact_blocks].float()
+            )
         context[group_rows, seq_lens - 1] = new.index_select(0, token_rows).float()
+    _overlay_sinks(storage, tables[:, 0], keys, values)
     key_positions = torch.arange(padded_shape[1], device=transformed.device)
     allowed = (key_positions[None, :] < seq_lens[:, None])[:, None, :]  # [Bg, 1, L]
     queries = transformed.index_select(0, token_rows)[:, None]  # [Bg, 1, Hq, D]
@@ -201,34 +202,47 @@ def _attend_prefill(
     query_starts: tuple[int, ...],
     accumulated: Tensor,
 ) -> None:
-    """One multi-token chunk, block by block of its queries: the queries of one block see the earlier blocks
-    decoded and their own block exactly (the tail before this chunk, the chunk's tokens from `exact`)."""
-    block_size = storage.block_size
+    """One multi-token chunk, block by block of its queries: the queries of one block see its window (their own
+    block and the `exact_blocks - 1` before it) exactly, from the tail ring before this chunk and from `exact`
+    for the chunk's tokens, and the earlier blocks decoded."""
+    block_size, exact_blocks = storage.block_size, storage.exact_blocks
     query_len = metadata.query_lens_host[sequence]
     seq_len = metadata.seq_lens_host[sequence]
     prefix_len = seq_len - query_len
     start = query_starts[sequence]
     table = metadata.block_tables[sequence, : -(-seq_len // block_size)].long()  # [nb]
-    keys, values = _decoded_blocks(storage, table)
-    keys, values = keys.flatten(0, 1)[None, :seq_len], values.flatten(0, 1)[None, :seq_len]  # [1, L, Hkv, D]
-    _overlay_sinks(storage, table[:1], keys, values)
-    first_block_start = prefix_len // block_size * block_size
-    slot = metadata.tail_slots[sequence : sequence + 1].long()
-    exact_keys, exact_values = (
-        torch.cat([tail.index_select(0, slot)[0, : prefix_len - first_block_start], new[start : start + query_len]])
-        .float()[None]
-        for tail, new in ((storage.key_tail, exact.keys), (storage.value_tail, exact.values))
-    )  # [1, seq_len - first_block_start, Hkv, D]: positions from first_block_start on, exact
-    for block_start in range(first_block_start, seq_len, block_size):
+    decoded_keys, decoded_values = (
+        decoded.flatten(0, 1)[None, :seq_len] for decoded in storage.decoded_blocks(table)
+    )  # [1, L, Hkv, D]
+    _overlay_sinks(storage, table[:1], decoded_keys, decoded_values)
+    exact_start = window_start(prefix_len, block_size, exact_blocks)  # the first query's window
+    slot = metadata.tail_slots[sequence].long()
+    ring_rows = storage.ring_rows(torch.arange(exact_start, prefix_len, device=transformed.device))
+    # The context the current query block reads: decoded before its window, exact from there on (positions from
+    # exact_start on are set exact once, then given back to their decoded values as the window moves on).
+    contexts = []
+    for decoded, tail, new in ((decoded_keys, storage.key_tail, exact.keys),
+                               (decoded_values, storage.value_tail, exact.values)):
+        context = decoded.clone()
+        context[0, exact_start:prefix_len] = tail[slot].index_select(0, ring_rows).float()
+        context[0, prefix_len:] = new[start : start + query_len].float()
+        contexts.append(context)
+    context_keys, context_values = contexts
+    _overlay_sinks(storage, table[:1], context_keys, context_values)
+    decoded_from = exact_start  # positions below it hold decoded values in the contexts
+    for block_start in range(prefix_len // block_size * block_size, seq_len, block_size):
         block_end = min(block_start + block_size, seq_len)
         first_query = max(block_start, prefix_len)  # positions first_query..block_end-1 query this block
-        own = slice(block_start - first_block_start, block_end - first_block_start)
-        block_keys = torch.cat([keys[:, :block_start], exact_keys[:, own]], dim=1)  # [1, block_end, Hkv, D]
-        block_values = torch.cat([values[:, :block_start], exact_values[:, own]], dim=1)
+        first_exact = window_start(block_start, block_size, exact_blocks)
+        for context, decoded in ((context_keys, decoded_keys), (context_values, decoded_values)):
+            context[:, decoded_from:first_exact] = decoded[:, decoded_from:first_exact]
+        decoded_from = first_exact
         # Query at position p sees keys at positions <= p.
         allowed = torch.ones(block_end - first_query, block_end, dtype=torch.bool, device=transformed.device).tril(
             first_query
         )
         rows = slice(start + first_query - prefix_len, start + block_end - prefix_len)
-        attended = grouped_query_attention(transformed[rows][None], block_keys, block_values, allowed[None])
+        attended = grouped_query_attention(
+            transformed[rows][None], context_keys[:, :block_end], context_values[:, :block_end], allowed[None]
+        )
         accumulated[rows] = attended[0]
