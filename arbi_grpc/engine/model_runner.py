@@ -4,6 +4,8 @@ Owns the model, its paged KV cache, the sampler and, on CUDA, the captured decod
 lays out input ids, positions and KV slots; for chunks that reach the end of their sequence it samples the
 next token, and for prompt positions of requests that asked for them it computes prompt log-probabilities.
 A step where every sequence brings one token replays a CUDA graph when one was captured for its size.
+Before a step runs, a TKV cache reading more than the own block exactly gets the prefix-cache blocks in the exact
+window of each sequence (re)admitted with a prefix hit seeded into its tail slot (`TkvPagedKVCache.seed_tail`).
 
 `launch` queues a step on the device and returns without waiting for it; a token that the previous launched
 step sampled and the host has not read yet is taken from that step's device tensor. `LaunchedStep.result()`
@@ -24,6 +26,7 @@ from arbi_grpc.engine.sampler import SampleInFlight, Sampler
 from arbi_grpc.engine.sampler import prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.sequence import Sequence
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.models.kv_cache import PagedKVCache
@@ -83,7 +86,7 @@ class _BatchLayout:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, kv_cache: PagedKVCache, block_size: int,
+    def __init__(self, model: torch.nn.Module, kv_cache: PagedKVCache | TkvPagedKVCache, block_size: int,
                  device: torch.device) -> None:
         self.model = model
         self.kv_cache = kv_cache
@@ -105,6 +108,7 @@ class ModelRunner:
     def launch(self, step: ScheduledStep, previous: LaunchedStep | None) -> LaunchedStep:
         """Queues the forward pass and sampling of `step`; `previous` is the launched step whose tokens the
         host has not read yet (None when every input token is on the host)."""
+        self._seed_exact_windows(step.chunks)
         layout = self._lay_out(step.chunks)
         carried = self._carried(layout, previous)
         if self._replays_graph(step.chunks):
@@ -132,6 +136,21 @@ class ModelRunner:
             tokens = chunk.sequence.token_ids[chunk.start: chunk.start + count + 1]
             prompt_logprobs[chunk.sequence] = score_prompt(logits[first: first + count], tokens)
         return LaunchedStep(sequences, sample, prompt_logprobs)
+
+    def _seed_exact_windows(self, chunks: list[ScheduledChunk]) -> None:
+        """A sequence admitted with a prefix hit of h blocks reads blocks max(0, h - E + 1)..h - 1 exactly from its
+        tail ring in its first step, but they were never in that slot: write their decoded values there, queued on
+        the device before the step's own work (a later step's reads and writes of the slot come after)."""
+        kv_cache = self.kv_cache
+        if not isinstance(kv_cache, TkvPagedKVCache) or kv_cache.exact_blocks == 1:
+            return
+        for chunk in chunks:
+            if not chunk.num_reused_blocks:
+                continue
+            first_block = max(0, chunk.num_reused_blocks - kv_cache.exact_blocks + 1)
+            block_ids = chunk.sequence.block_table[first_block: chunk.num_reused_blocks]
+            kv_cache.seed_tail(_tail_slot(chunk.sequence),
+                               tensor_on_device_no_sync(block_ids, torch.int64, self.device), first_block)
 
     @staticmethod
     def _carried(layout: _BatchLayout, previous: LaunchedStep | None) -> CarriedTokens | None:

@@ -39,11 +39,15 @@ from arbi_grpc.engine.waiting_queue import WaitingQueue
 
 @dataclass(frozen=True)
 class ScheduledChunk:
-    """`num_tokens` tokens of `sequence` from position `start` (its computed tokens when scheduled)."""
+    """`num_tokens` tokens of `sequence` from position `start` (its computed tokens when scheduled).
+
+    `num_reused_blocks`: on the first chunk of a sequence (re)admitted in this step, the blocks of its prefix-cache
+    hit (0 otherwise); a TKV cache seeds those in its first query's exact window into its tail slot."""
 
     sequence: Sequence
     start: int
     num_tokens: int
+    num_reused_blocks: int = 0
 
     @property
     def end(self) -> int:
@@ -115,10 +119,11 @@ class Scheduler:
             if not self._admit(sequence, step):
                 break
             self.waiting.popleft()
+            num_reused_blocks = len(sequence.block_table)  # the prefix hit, before growing
             num_tokens = self._chunk_size(sequence, budget, contended=False)
             if not self.kv.grow(sequence, sequence.num_computed_tokens + num_tokens):
                 raise RuntimeError("admission checked the blocks of the whole sequence")
-            step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens))
+            step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens, num_reused_blocks))
             budget -= num_tokens
         return step
 

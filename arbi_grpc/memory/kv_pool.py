@@ -87,7 +87,7 @@ def _require_calibration(tkv_calibration: TkvCalibration | None) -> TkvCalibrati
 @dataclass(frozen=True)
 class _PoolSizing:
     """What a pool of N blocks costs: N blocks, plus for TKV (`max_running_requests` set) its sink rows and a
-    tail slot for each running sequence."""
+    tail slot of `kv_exact_blocks` blocks for each running sequence."""
 
     bytes_per_block: int
     sink_row_bytes: int
@@ -105,7 +105,8 @@ class _PoolSizing:
 
         calibration = _require_calibration(tkv_calibration)
         return cls(bytes_per_block, TkvPagedKVCache.sink_row_bytes_for(calibration),
-                   TkvPagedKVCache.tail_slot_bytes_for(calibration, config.block_size), config.max_running_requests)
+                   TkvPagedKVCache.tail_slot_bytes_for(calibration, config.block_size, config.kv_exact_blocks),
+                   config.max_running_requests)
 
     def num_sink_blocks(self, num_blocks: int) -> int | None:
         if self.max_running_requests is None:

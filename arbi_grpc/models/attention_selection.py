@@ -60,7 +60,7 @@ def build_kv_cache(
 ) -> PagedKVCache | TkvPagedKVCache:
     """The zeroed paged KV cache of `num_blocks` blocks in the storage `config.kv_cache_dtype` names; a TKV cache
     is built from `tkv_calibration` (engine_calibration.load_engine_calibration), checked against the model, with
-    the sink rows the pool planner counts (`kv_pool.num_sink_blocks`)."""
+    the sink rows the pool planner counts (`kv_pool.num_sink_blocks`) and tail slots of `kv_exact_blocks` blocks."""
     if config.kv_cache_dtype == "tkv":
         if tkv_calibration is None:
             raise InvalidArgumentError("kv_calibration", "a TKV cache is built from a calibration bundle; none given")
@@ -68,7 +68,7 @@ def build_kv_cache(
         return TkvPagedKVCache(tkv_calibration, num_blocks=num_blocks, block_size=config.block_size,
                                device=config.device,
                                num_sink_blocks=num_sink_blocks(num_blocks, config.max_running_requests),
-                               num_tail_slots=config.max_running_requests)
+                               num_tail_slots=config.max_running_requests, exact_blocks=config.kv_exact_blocks)
     return PagedKVCache.for_model(
         model_config,
         num_blocks=num_blocks,

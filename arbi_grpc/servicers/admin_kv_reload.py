@@ -50,6 +50,7 @@ async def reload_kv_calibration(host: ModelHost, path: str, kv_bits: str, drain_
     storage = await asyncio.to_thread(
         TkvPagedKVCache, calibration, num_blocks=current.num_blocks, block_size=current.block_size,
         device=current.device, num_sink_blocks=current.num_sink_blocks, num_tail_slots=current.num_tail_slots,
+        exact_blocks=current.exact_blocks,
     )
     flushed, cancelled = await host.rebuild_quiesced(
         f"reloading the KV calibration from {path}", drain_timeout_s, lambda engine: _swap(engine, storage), config
@@ -59,7 +60,8 @@ async def reload_kv_calibration(host: ModelHost, path: str, kv_bits: str, drain_
 
 def _check_budget(calibration: TkvCalibration, current: TkvPagedKVCache, budget_bytes: int) -> None:
     needed = TkvPagedKVCache.num_bytes_for(
-        calibration, current.block_size, current.num_blocks, current.num_sink_blocks, current.num_tail_slots
+        calibration, current.block_size, current.num_blocks, current.num_sink_blocks, current.num_tail_slots,
+        current.exact_blocks,
     )
     if needed > budget_bytes:
         raise ResourceExhaustedError(
