@@ -1,6 +1,6 @@
 """What the TKV kernels share: the layer tensors they read and write, their validation, and the Triton helpers
 that locate a token's packed codes, group metadata and sink entry in the paged pools and decode a tile of them
-in registers (the exact rows of a query's own block: tkv_exact.py).
+in registers (the exact window, a query's own block and the E - 1 before it: tkv_exact.py).
 
 Layout (docs/tkv.md): a head vector of D channels is D*bits/8 bytes of little-endian packed codes plus D/G fp16
 scales and zeros, so the 8 codes of channels 8i..8i+7 fill exactly `bits` bytes: one "word". Widths 2, 4 and 8
@@ -25,6 +25,9 @@ SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
 WORD_DTYPES: dict[int, torch.dtype] = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 """Widths whose 8-code word is a whole machine integer; the others are read byte by byte."""
 COMPUTE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.float32)
+MAX_EXACT_WINDOW_TOKENS = 256
+"""Most positions of a tail slot's exact window (exact_blocks * block_size): the kernels read it as one tile.
+tkv_exact.py, which owns the window, exports it; it lives here because validate_tkv_layer checks it."""
 
 
 class TkvLayerTensors(Protocol):
@@ -33,9 +36,10 @@ class TkvLayerTensors(Protocol):
     *_codes uint8 [num_blocks, block_size, Hkv, D*bits/8]; *_scale / *_zero fp16 [num_blocks, block_size, Hkv,
     D/G]; *_sink fp16 [num_sink_blocks <= num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block
     holding p, p], in the code space; a sequence's first block id is below num_sink_blocks); *_channel_scale /
-    *_shift fp32 [Hkv, D] (the calibrated transform the write applies); *_tail fp16 [num_tail_slots, block_size,
-    Hkv, D] (position p of a running sequence's last block at [its tail slot, p % block_size], in the code
-    space: the exact values of the query's own block, docs/tkv.md).
+    *_shift fp32 [Hkv, D] (the calibrated transform the write applies); *_tail fp16 [num_tail_slots, E *
+    block_size, Hkv, D], a ring of E blocks per running sequence (position p of one of its last E blocks at [its
+    tail slot, (p // block_size) % E * block_size + p % block_size], in the code space: the exact window, the
+    query's own block and the E - 1 before it, docs/tkv.md; tkv_exact.py).
     """
 
     key_codes: torch.Tensor
@@ -98,11 +102,16 @@ def validate_tkv_layer(layer: TkvLayerTensors) -> tuple[int, int, int, int]:
     for name in ("key_sink", "value_sink"):
         _require_pool(name, getattr(layer, name), (num_sink_blocks, layer.sink_tokens, num_kv_heads, head_dim),
                       torch.float16)
-    num_tail_slots = layer.key_tail.shape[0]
+    num_tail_slots, window_rows = layer.key_tail.shape[:2]
     if num_tail_slots < 1:
         raise ValueError("key_tail: must have at least one tail slot, got 0")
+    if window_rows < layer.block_size or window_rows % layer.block_size or window_rows > MAX_EXACT_WINDOW_TOKENS:
+        raise ValueError(
+            f"key_tail: rows per tail slot must be a positive multiple of block_size={layer.block_size} (the exact "
+            f"window's blocks) and at most {MAX_EXACT_WINDOW_TOKENS}, got {window_rows}"
+        )
     for name in ("key_tail", "value_tail"):
-        _require_pool(name, getattr(layer, name), (num_tail_slots, layer.block_size, num_kv_heads, head_dim),
+        _require_pool(name, getattr(layer, name), (num_tail_slots, window_rows, num_kv_heads, head_dim),
                       torch.float16)
     for name in ("key_channel_scale", "key_shift", "value_channel_scale", "value_shift"):
         _require_pool(name, getattr(layer, name), (num_kv_heads, head_dim), torch.float32)

@@ -6,9 +6,10 @@ GQA group's query heads are the rows of one tile, and partial results (normalize
 several splits are combined by the bf16 path's merge kernel. What differs is what a tile reads: K and V codes
 (bits/8 bytes per channel) plus fp16 group scales and zeros, decoded as zero + code * scale into the compute
 dtype right before the dot; positions below sink_tokens are one extra tile read from the fp16 sink pool by
-whichever split holds them, and the sequence's last block (the query's own, at or after sink_tokens) one more,
-exact (docs/tkv.md): its earlier positions from the sequence's tail slot, the new token from this step's exact
-buffer, read by the split holding the block's first such position; the coded tiles stop at that block's start.
+whichever split holds them, and the query's exact window (its own block and the E - 1 before it, at or after
+sink_tokens; E from the tail's shape) one more tile, exact (docs/tkv.md): its earlier positions from the
+sequence's tail slot (a ring of E blocks), the new token from this step's exact buffer, read by the split holding
+the window's first such position; the coded tiles stop at the window's first block start.
 q' arrives pre-rotated and divided by s_k, the output stays in the value code space.
 """
 
@@ -57,9 +58,12 @@ from arbi_kernels.tkv_core import (
     validate_tkv_layer,
 )
 from arbi_kernels.tkv_exact import (
+    exact_window_blocks,
     load_exact_rows,
+    tail_ring_rows,
     tail_tile_size,
     validate_exact_inputs,
+    window_start,
 )
 
 RESIDENT_PROGRAMS_PER_SM = 4  # default tiles on sm_90: 128 registers x 128 threads fill the 64K register file
@@ -117,19 +121,20 @@ context (bench_tkv.py --decode-only, 2026-11-29): 1.04 ms, where the first kerne
 
 
 @triton.jit
-def _attend_own_block_tile(q, seq, seq_len, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc,
-                           key_tail_ptr, value_tail_ptr, key_exact_ptr, value_exact_ptr,
-                           stride_exact_token, stride_exact_head, SINK_TOKENS: tl.constexpr, TAIL_PAD: tl.constexpr,
-                           HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                           TRANSPOSED_DOTS: tl.constexpr):
-    """Fold the positions of the sequence's last block at or after SINK_TOKENS, exact, into (m_i, l_i, acc): the
-    new token (position seq_len - 1) from row `seq` of the step's exact buffers, the others from the tail."""
+def _attend_window_tile(q, seq, seq_len, first_block_start, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc,
+                        key_tail_ptr, value_tail_ptr, key_exact_ptr, value_exact_ptr,
+                        stride_exact_token, stride_exact_head, SINK_TOKENS: tl.constexpr, TAIL_PAD: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr,
+                        DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr):
+    """Fold the exact window's positions (first_block_start up to seq_len - 1, at or after SINK_TOKENS), exact,
+    into (m_i, l_i, acc): the new token (position seq_len - 1) from row `seq` of the step's exact buffers, the
+    others from the tail slot's ring."""
     offsets = tl.arange(0, TAIL_PAD)
-    positions = (seq_len - 1) // PAGE_SIZE * PAGE_SIZE + offsets
-    exact = (offsets < PAGE_SIZE) & (positions >= SINK_TOKENS) & (positions < seq_len)
+    positions = first_block_start + offsets
+    exact = (offsets < EXACT_BLOCKS * PAGE_SIZE) & (positions >= SINK_TOKENS) & (positions < seq_len)
     from_step = exact & (positions == seq_len - 1)
     from_tail = exact & (positions < seq_len - 1)
-    tail_rows = tl.load(tail_slots_ptr + seq).to(tl.int64) * PAGE_SIZE + offsets
+    tail_rows = tail_ring_rows(tl.load(tail_slots_ptr + seq), positions, PAGE_SIZE, EXACT_BLOCKS)
     step_rows = tl.zeros([TAIL_PAD], dtype=tl.int64) + seq
     k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
                         num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
@@ -152,9 +157,9 @@ def _tkv_decode_partition_kernel(
     stride_pl_seq, stride_pl_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, TAIL_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr,
+    COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr,
+    TRANSPOSED_DOTS: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0)
@@ -186,15 +191,15 @@ def _tkv_decode_partition_kernel(
                 q, tokens, in_sink[None, :], in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, TRANSPOSED_DOTS,
             )
-    own_block_start = tl.maximum(seq_len - 1, 0) // PAGE_SIZE * PAGE_SIZE  # the last block: exact, not coded
-    first_exact = tl.maximum(own_block_start, SINK_TOKENS)
-    if (split_start <= first_exact) & (first_exact < split_end):  # this split holds the block's first exact position
-        m_i, l_i, acc = _attend_own_block_tile(
-            q, seq, seq_len, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc, key_tail_ptr, value_tail_ptr,
-            key_exact_ptr, value_exact_ptr, stride_exact_token, stride_exact_head, SINK_TOKENS, TAIL_PAD, HEAD_DIM,
-            PAGE_SIZE, DOT_PRECISION, TRANSPOSED_DOTS,
+    first_block_start = window_start(tl.maximum(seq_len - 1, 0), PAGE_SIZE, EXACT_BLOCKS)  # exact from here on
+    first_exact = tl.maximum(first_block_start, SINK_TOKENS)
+    if (split_start <= first_exact) & (first_exact < split_end):  # this split holds the window's first exact position
+        m_i, l_i, acc = _attend_window_tile(
+            q, seq, seq_len, first_block_start, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc, key_tail_ptr,
+            value_tail_ptr, key_exact_ptr, value_exact_ptr, stride_exact_token, stride_exact_head, SINK_TOKENS,
+            TAIL_PAD, HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION, TRANSPOSED_DOTS,
         )
-    coded_end = tl.minimum(split_end, own_block_start)
+    coded_end = tl.minimum(split_end, first_block_start)
 
     if PREFETCH:  # tile t+1's codes, scales and zeros load while tile t decodes; block ids two tiles ahead
         tokens = split_start + tl.arange(0, BLOCK_N)
@@ -269,8 +274,9 @@ def tkv_paged_decode_attention(
 ) -> torch.Tensor:
     """Attention acc [B, Hq, D] (float32, value code space) of q' [B, Hq, D] over each sequence's first
     seq_lens[b] positions of `layer`'s TKV pools (the new token already written by write_tkv_cache), the
-    sequence's last block read exact (docs/tkv.md): tail_slots [B] int32 names each sequence's tail slot,
-    key_exact / value_exact fp16 [B, Hkv, D] (write_tkv_cache's result) hold row b's new token.
+    query's exact window (its own block and the E - 1 before it, E = exact_window_blocks(layer)) read exact
+    (docs/tkv.md): tail_slots [B] int32 names each sequence's tail slot, key_exact / value_exact fp16 [B, Hkv, D]
+    (write_tkv_cache's result) hold row b's new token.
 
     query: q' = (H q) / s_k in float32, float16 or bfloat16; block_tables [B, max_blocks] int32; seq_lens [B]
     int32 (0 gives a zero row and reads nothing). max_seq_len / num_splits: as paged_decode_attention (pass both
@@ -280,6 +286,7 @@ def tkv_paged_decode_attention(
     products, slow).
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
+    exact_blocks = exact_window_blocks(layer)
     require_compute_dtype(compute_dtype)
     require_dtype("query", query, (torch.float32, torch.float16, torch.bfloat16))
     require_shape("query", query, {"num_seqs": seq_lens.shape[0], "num_heads": None, "head_dim": head_dim})
@@ -331,8 +338,9 @@ def tkv_paged_decode_attention(
         partial_lse.stride(0), partial_lse.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
-        TAIL_PAD=tail_tile_size(page_size), GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)),
-        HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        TAIL_PAD=tail_tile_size(exact_blocks * page_size),
+        GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        EXACT_BLOCKS=exact_blocks,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
         DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
         TRANSPOSED_DOTS=tiles.transposed_dots, num_warps=tiles.num_warps,

@@ -1,6 +1,8 @@
-"""What the TKV kernels share about a query's own block, read exact (docs/tkv.md, "Exact own block"): the checks
-of a step's exact code-space K/V (write_tkv_cache's result) and tail slots, the size of the one tile that holds a
-block, and the Triton helper that loads exact rows from the tail pool or the step's exact buffer.
+"""What the TKV kernels share about a query's exact window (docs/tkv.md): its own block and the E - 1 blocks before
+it, E = exact_blocks = the tail's rows per slot / block_size, read exact in the code space. Here: the checks of a
+step's exact K/V (write_tkv_cache's result) and tail slots, E, the size of the one tile that holds a window, and
+the Triton helpers that place a window (its first block's start, a position's row in the tail slot's ring of E
+blocks) and load exact rows from the tail pool or the step's exact buffer.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import triton
 import triton.language as tl
 
 from arbi_kernels.checks import require_dtype, require_shape, require_unit_last_stride
-from arbi_kernels.tkv_core import code_channels
+from arbi_kernels.tkv_core import MAX_EXACT_WINDOW_TOKENS as MAX_EXACT_WINDOW_TOKENS  # the window's bound, here
+from arbi_kernels.tkv_core import TkvLayerTensors, code_channels
 
 
 def validate_exact_inputs(key_exact: torch.Tensor, value_exact: torch.Tensor, tail_slots: torch.Tensor, num_rows: int,
@@ -28,17 +31,37 @@ def validate_exact_inputs(key_exact: torch.Tensor, value_exact: torch.Tensor, ta
     require_unit_last_stride("tail_slots", tail_slots)
 
 
-def tail_tile_size(block_size: int) -> int:
-    """Rows of the one tile holding a block's exact positions (tl.dot needs at least 16)."""
-    return max(16, triton.next_power_of_2(block_size))
+def exact_window_blocks(layer: TkvLayerTensors) -> int:
+    """E, the blocks of the exact window, read from the tail's shape (validate_tkv_layer checks it first)."""
+    return layer.key_tail.shape[1] // layer.block_size
+
+
+def tail_tile_size(window_tokens: int) -> int:
+    """Rows of the one tile holding an exact window of `window_tokens` positions (tl.dot needs at least 16)."""
+    return max(16, triton.next_power_of_2(window_tokens))
+
+
+@triton.jit
+def window_start(last_position, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr):
+    """Start of the first block of the exact window of a query at last_position (>= 0): its own block's start
+    less E - 1 blocks, clamped at 0."""
+    return tl.maximum(last_position // PAGE_SIZE - (EXACT_BLOCKS - 1), 0) * PAGE_SIZE
+
+
+@triton.jit
+def tail_ring_rows(tail_slot, positions, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr):
+    """Rows (int64, of the tail pool viewed as [num_tail_slots * E * block_size, Hkv, D]) holding `positions`
+    (>= 0) of a sequence whose tail slot is tail_slot: block b of the ring at (b % E) * block_size."""
+    ring_offsets = positions // PAGE_SIZE % EXACT_BLOCKS * PAGE_SIZE + positions % PAGE_SIZE
+    return tail_slot.to(tl.int64) * (EXACT_BLOCKS * PAGE_SIZE) + ring_offsets
 
 
 @triton.jit
 def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head, num_kv_heads,
                     stride_exact_token, stride_exact_head, HEAD_DIM: tl.constexpr):
     """Exact code-space entries (fp16) of N positions: float32 [N, D] in code_channels order, each from the tail
-    pool (row tail_rows = tail_slot * block_size + offset, where from_tail) or from this step's exact buffer
-    (token row step_rows, where from_step); 0 elsewhere."""
+    pool (row tail_rows, see tail_ring_rows, where from_tail) or from this step's exact buffer (token row
+    step_rows, where from_step); 0 elsewhere."""
     dims = code_channels(HEAD_DIM)
     tail_vectors = tail_rows * num_kv_heads + kv_head
     tail = tl.load(tail_ptr + tail_vectors[:, None] * HEAD_DIM + dims[None, :], mask=from_tail[:, None], other=0.0)

@@ -1,14 +1,15 @@
 """Paged prefill/extend attention over a TKV cache: the new tokens of a varlen batch attend causally to their
 cached prefix and to each other, keys and values decoded from their codes in registers, except that a query
-reads the keys of its own block (at or after sink_tokens) exact (docs/tkv.md): this step's tokens from the exact
-buffers write_tkv_cache returns, the block's earlier ones from the sequence's tail slot.
+reads the keys of its exact window (its own block and the E - 1 before it, at or after sink_tokens; E from the
+tail's shape) exact (docs/tkv.md): this step's tokens from the exact buffers write_tkv_cache returns, the window's
+earlier ones from the sequence's tail slot (a ring of E blocks).
 
 The launch mirrors the bf16 kernel (prefill_attention.py): a program takes BLOCK_M consecutive new q' rows of
 one sequence and one query head. Its tiles come in three runs: the sink prefix (positions below sink_tokens,
-from the fp16 sink pool, causally masked), the coded tiles wholly before the own block of the program's first
-query (no mask, so no row's own key among them; masked where they overlap the sink prefix), and the tiles up to
+from the fp16 sink pool, causally masked), the coded tiles wholly before the exact window of the program's first
+query (no mask, so no row's exact key among them; masked where they overlap the sink prefix), and the tiles up to
 the diagonal (causal mask), where each key is scored and summed both decoded and exact and every row takes the
-one its block asks for. Rows never see an all-masked first tile: the sink tile shows every row position 0, and
+one its window asks for. Rows never see an all-masked first tile: the sink tile shows every row position 0, and
 without sinks the first masked tile starts at a key every row may see. The new tokens must already be written.
 """
 
@@ -44,7 +45,13 @@ from arbi_kernels.tkv_core import (
     triton_dtype,
     validate_tkv_layer,
 )
-from arbi_kernels.tkv_exact import load_exact_rows, validate_exact_inputs
+from arbi_kernels.tkv_exact import (
+    exact_window_blocks,
+    load_exact_rows,
+    tail_ring_rows,
+    validate_exact_inputs,
+    window_start,
+)
 
 
 def default_tkv_prefill_tiles(head_dim: int) -> PrefillTiles:
@@ -57,7 +64,7 @@ def default_tkv_prefill_tiles(head_dim: int) -> PrefillTiles:
 
 
 def require_supported_prefill_tiles(tiles: PrefillTiles) -> None:
-    """Refuse key tiles narrower than both the query tile and 64 keys. With the exact-own-block tiles, Triton 3.6
+    """Refuse key tiles narrower than both the query tile and 64 keys. With the exact-window tiles, Triton 3.6
     on sm_90 miscompiled them (H200, 2026-11-29, one process per shape against the reference): (64, 32) and
     (64, 16) tiles gave wrong outputs or illegal addresses at head_dim 64 and 128, pages 16 and 32, where
     (32, 32), (64, 64) and (128, 64) tiles were right in every case. The interpreter computes them right."""
@@ -83,18 +90,19 @@ def _attend_causal_tile(
     value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
     stride_exact_token, stride_exact_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Fold the positions `keys` (where `coded`: at or after sink_tokens and before seq_len) into (m_i, l_i, acc),
-    where `visible` [M, N]: a key in a row's own block at or after exact_start is scored and summed with its
-    exact K and V (from this step's buffers at or after prefix_len, from the tail before), any other decoded."""
+    where `visible` [M, N]: a key in a row's exact window at or after exact_start is scored and summed with its
+    exact K and V (from this step's buffers at or after prefix_len, from the tail ring before), any other decoded."""
     vectors = paged_slots(block_table_row, keys, coded, PAGE_SIZE) * num_kv_heads + kv_head
     exact = coded & (keys >= exact_start)  # keys some row of the program reads exact
     from_tail = exact & (keys < prefix_len)
     from_step = exact & (keys >= prefix_len)
-    tail_rows = tail_slot * PAGE_SIZE + keys % PAGE_SIZE
+    tail_rows = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS)
     step_rows = (q_begin + keys - prefix_len).to(tl.int64)
-    own = exact[None, :] & (keys[None, :] // PAGE_SIZE == q_positions[:, None] // PAGE_SIZE)  # [M, N]
+    in_window = keys[None, :] // PAGE_SIZE >= q_positions[:, None] // PAGE_SIZE - (EXACT_BLOCKS - 1)  # [M, N]
+    own = exact[None, :] & in_window  # where visible, the key is in the row's window: exact for that row
 
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
                                             HEAD_DIM, GROUP)
@@ -124,8 +132,8 @@ def _tkv_prefill_kernel(
     stride_q_token, stride_q_head, stride_bt_seq, stride_out_token, stride_out_head, stride_exact_token,
     stride_exact_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
-    SINK_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    SINK_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     query_tile = tl.program_id(0)
     seq = tl.program_id(1)
@@ -157,9 +165,9 @@ def _tkv_prefill_kernel(
     offsets_n = tl.arange(0, BLOCK_N)
 
     first_query = prefix_len + tile_first_row
-    own_block_start = first_query // PAGE_SIZE * PAGE_SIZE  # no row of the program reads a key before it exact
-    exact_start = tl.maximum(own_block_start, SINK_TOKENS)
-    tail_slot = tl.load(tail_slots_ptr + seq).to(tl.int64)
+    first_block_start = window_start(first_query, PAGE_SIZE, EXACT_BLOCKS)  # no row reads a key before it exact
+    exact_start = tl.maximum(first_block_start, SINK_TOKENS)
+    tail_slot = tl.load(tail_slots_ptr + seq)
     coded_start = 0
     if SINK_TOKENS > 0:
         tokens = tl.arange(0, SINK_PAD)
@@ -180,11 +188,11 @@ def _tkv_prefill_kernel(
                 kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr,
                 key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
                 stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE,
-                DOT_PRECISION,
+                EXACT_BLOCKS, DOT_PRECISION,
             )
 
-    # Whole tiles before the first query's own block are visible to every row and coded for every row: no mask.
-    unmasked_end = tl.maximum((own_block_start // BLOCK_N) * BLOCK_N, coded_start)
+    # Whole tiles before the first query's exact window are visible to every row and coded for every row: no mask.
+    unmasked_end = tl.maximum((first_block_start // BLOCK_N) * BLOCK_N, coded_start)
     for tile_start in range(coded_start, unmasked_end, BLOCK_N):
         keys = tile_start + offsets_n
         m_i, l_i, acc = attend_coded_tile(
@@ -203,7 +211,8 @@ def _tkv_prefill_kernel(
             q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row,
             kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr,
             key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
-            stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS,
+            DOT_PRECISION,
         )
 
     output = acc / l_i[:, None]
@@ -230,11 +239,13 @@ def tkv_paged_prefill_attention(
     query_start_loc: [B+1] int32 offsets of each sequence's new tokens; seq_lens: [B] int32 context length
     after this step; block_tables [B, max_blocks] int32. The new tokens' K/V must already be written
     (write_tkv_cache), its result key_exact / value_exact fp16 [T, Hkv, D] holding their exact code-space values;
-    tail_slots [B] int32: each sequence's tail slot, holding its earlier positions of the block the step starts in
-    (store_tkv_tail, run after this kernel). max_query_len: an upper bound on new tokens per sequence (None reads it: a device sync).
+    tail_slots [B] int32: each sequence's tail slot, a ring holding its earlier positions of the last E blocks
+    before the step (store_tkv_tail, run after this kernel; E = exact_window_blocks(layer)), which the step's
+    exact windows read. max_query_len: an upper bound on new tokens per sequence (None reads it: a device sync).
     tiles: None takes default_tkv_prefill_tiles(head_dim). compute_dtype: as tkv_paged_decode_attention.
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
+    exact_blocks = exact_window_blocks(layer)
     require_compute_dtype(compute_dtype)
     num_seqs = seq_lens.shape[0]
     require_dtype("query", query, (torch.float32, torch.float16, torch.bfloat16))
@@ -279,7 +290,7 @@ def tkv_paged_prefill_attention(
         key_exact.stride(0), key_exact.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=prefill_sink_tile_size(layer.sink_tokens, tiles), HEAD_DIM=head_dim,
-        PAGE_SIZE=page_size, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        PAGE_SIZE=page_size, EXACT_BLOCKS=exact_blocks, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         COMPUTE_DTYPE=triton_dtype(compute_dtype), DOT_PRECISION=compute_precision(compute_dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )

@@ -2,9 +2,10 @@
 change to the codec shows up as a kernel mismatch. Float32, slow, obvious.
 
 The attention references read the same paged pools as the kernels, by the rule of docs/tkv.md: for a query at
-position p, a key position j < sink_tokens comes from the sink pool; one in p's own block (j // block_size ==
-p // block_size) is exact: from the step's exact buffer (write_tkv_cache's result) at or after the sequence's
-prefix_len, from its tail slot before; every other one is decoded from its codes. Queries are already in the key
+position p, a key position j < sink_tokens comes from the sink pool; one in p's exact window, its own block and
+the E - 1 before it (j // block_size >= p // block_size - (E - 1), E = the tail's rows / block_size), is exact:
+from the step's exact buffer (write_tkv_cache's result) at or after the sequence's prefix_len, from its tail slot's
+ring of E blocks before; every other one is decoded from its codes. Queries are already in the key
 code space (q') and outputs stay in the value code space (acc), as the kernels' contract says (docs/tkv.md,
 "Engine integration").
 """
@@ -22,6 +23,7 @@ from arbi_grpc.kv_codec import (
 )
 from arbi_kernels.reference import _causal_attention
 from arbi_kernels.tkv_core import TkvLayerTensors
+from arbi_kernels.tkv_exact import exact_window_blocks
 
 
 def layer_codec(layer: TkvLayerTensors) -> TkvLayerCodec:
@@ -63,6 +65,16 @@ def write_tkv_cache_reference(
     return exact[0], exact[1]
 
 
+def exact_window_start(position: int, block_size: int, exact_blocks: int) -> int:
+    """First position of the exact window of a query at `position`: its block's start less E - 1 blocks, >= 0."""
+    return max(position // block_size - exact_blocks + 1, 0) * block_size
+
+
+def tail_ring_row(position: int, block_size: int, exact_blocks: int) -> int:
+    """The row of a tail slot (a ring of E blocks) that holds `position`."""
+    return position // block_size % exact_blocks * block_size + position % block_size
+
+
 def store_tkv_tail_reference(
     key_exact: torch.Tensor,
     value_exact: torch.Tensor,
@@ -71,15 +83,17 @@ def store_tkv_tail_reference(
     seq_lens: torch.Tensor,
     tail_slots: torch.Tensor,
 ) -> None:
-    """Copy each step token in its sequence's last block (position p) to [its tail slot, p % block_size]."""
+    """Copy each step token in its sequence's last E blocks (position p) to [its tail slot, its ring row]."""
     starts = query_start_loc.tolist()
+    exact_blocks = exact_window_blocks(layer)
     for seq, (seq_len, slot) in enumerate(zip(seq_lens.tolist(), tail_slots.tolist())):
         prefix_len = seq_len - (starts[seq + 1] - starts[seq])
-        last_block_start = (seq_len - 1) // layer.block_size * layer.block_size
-        for position in range(max(last_block_start, prefix_len), seq_len):
+        first_stored = max(exact_window_start(seq_len - 1, layer.block_size, exact_blocks), prefix_len)
+        for position in range(first_stored, seq_len):
             row = starts[seq] + position - prefix_len
-            layer.key_tail[slot, position % layer.block_size] = key_exact[row]
-            layer.value_tail[slot, position % layer.block_size] = value_exact[row]
+            ring_row = tail_ring_row(position, layer.block_size, exact_blocks)
+            layer.key_tail[slot, ring_row] = key_exact[row]
+            layer.value_tail[slot, ring_row] = value_exact[row]
 
 
 def context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -100,19 +114,21 @@ def context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch.
     return context
 
 
-def _with_block_exact(context: torch.Tensor, layer: TkvLayerTensors, kind: str, block_start: int, block_end: int,
-                      prefix_len: int, first_row: int, exact: torch.Tensor, tail_slot: int) -> torch.Tensor:
-    """The context [0, block_end) of the queries in the block starting at block_start, that block's positions at
-    or after sink_tokens replaced by their exact values: this step's (row first_row + j - prefix_len of `exact`)
-    from prefix_len on, the tail slot's (row j % block_size) before."""
+def _with_window_exact(context: torch.Tensor, layer: TkvLayerTensors, kind: str, block_start: int, block_end: int,
+                       prefix_len: int, first_row: int, exact: torch.Tensor, tail_slot: int) -> torch.Tensor:
+    """The context [0, block_end) of the queries in the block starting at block_start, their exact window's
+    positions at or after sink_tokens replaced by their exact values: this step's (row first_row + j - prefix_len
+    of `exact`) from prefix_len on, the tail slot's ring rows before."""
     context = context[:block_end].clone()
-    exact_start = max(block_start, layer.sink_tokens)
+    exact_blocks = exact_window_blocks(layer)
+    exact_start = max(exact_window_start(block_start, layer.block_size, exact_blocks), layer.sink_tokens)
     step_start = max(exact_start, prefix_len)
     context[step_start:block_end] = exact[first_row + step_start - prefix_len : first_row + block_end - prefix_len]
-    tail_end = min(prefix_len, block_end)
-    if exact_start < tail_end:
+    tail_positions = range(exact_start, min(prefix_len, block_end))
+    ring_rows = [tail_ring_row(j, layer.block_size, exact_blocks) for j in tail_positions]
+    if ring_rows:
         tail = getattr(layer, f"{kind}_tail")[tail_slot]
-        context[exact_start:tail_end] = tail[exact_start - block_start : tail_end - block_start].float()
+        context[exact_start : exact_start + len(ring_rows)] = tail[ring_rows].float()
     return context
 
 
@@ -127,7 +143,7 @@ def tkv_paged_prefill_attention_reference(
     value_exact: torch.Tensor,
     softmax_scale: float,
 ) -> torch.Tensor:
-    """Causal attention of q' [T, Hq, D] over the paged TKV context, each query's own block exact; fp32
+    """Causal attention of q' [T, Hq, D] over the paged TKV context, each query's exact window exact; fp32
     [T, Hq, D] in the value code space. The queries of one block share their context, so they attend together."""
     output = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
     starts = query_start_loc.tolist()
@@ -141,12 +157,12 @@ def tkv_paged_prefill_attention_reference(
         values = context_in_code_space(layer, "value", block_tables[seq], seq_len)
         for block_start in range(prefix_len // block_size * block_size, seq_len, block_size):
             block_end = min(block_start + block_size, seq_len)
-            own = (block_start, block_end, prefix_len, begin)
+            query_block = (block_start, block_end, prefix_len, begin)
             rows = slice(begin + max(block_start, prefix_len) - prefix_len, begin + block_end - prefix_len)
             output[rows] = _causal_attention(  # the rows are the context's last positions, as it expects
                 query[rows],
-                _with_block_exact(keys, layer, "key", *own, key_exact, tail_slot),
-                _with_block_exact(values, layer, "value", *own, value_exact, tail_slot),
+                _with_window_exact(keys, layer, "key", *query_block, key_exact, tail_slot),
+                _with_window_exact(values, layer, "value", *query_block, value_exact, tail_slot),
                 softmax_scale,
             )
     return output
@@ -163,7 +179,7 @@ def tkv_paged_decode_attention_reference(
     softmax_scale: float,
 ) -> torch.Tensor:
     """One q' per sequence ([B, Hq, D], at position seq_len - 1, its exact K/V in row b of key_exact /
-    value_exact), its own block exact; fp32 [B, Hq, D], zeros where seq_len is 0."""
+    value_exact), its exact window exact; fp32 [B, Hq, D], zeros where seq_len is 0."""
     output = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
     one_query = torch.tensor([0, 1], dtype=torch.int32, device=query.device)
     for seq, seq_len in enumerate(seq_lens.tolist()):

@@ -1,11 +1,12 @@
-"""TKV tail store: keep each sequence's last block exact for the steps after this one.
+"""TKV tail store: keep each sequence's exact window (its last E blocks) exact for the steps after this one.
 
-A query reads its own block's positions exact (docs/tkv.md): this step's tokens from the exact buffers that
-write_tkv_cache returns, earlier ones from the sequence's tail slot. After attention, this kernel copies every
-token of this step that lies in its sequence's last block into that slot, at row position % block_size, so the
-next step finds them there. It runs after attention because a prefill chunk that ends in a later block still
-needs the tail rows of the block it started in. No host sync (CUDA graphs); a sequence with seq_len 0 (graph
-padding) copies nothing.
+A query reads its exact window, its own block and the E - 1 blocks before it, in the code space (docs/tkv.md): this
+step's tokens from the exact buffers that write_tkv_cache returns, earlier ones from the sequence's tail slot, a
+ring of E blocks (E = the tail's rows / block_size). After attention, this kernel copies every token of this step
+that lies in its sequence's last E blocks into that slot, at ring row (position // block_size) % E * block_size +
+position % block_size, so the next step finds them there. It runs after attention because a prefill chunk that
+ends in a later block still needs the ring rows of the blocks it started in. No host sync (CUDA graphs); a
+sequence with seq_len 0 (graph padding) copies nothing.
 """
 
 from __future__ import annotations
@@ -25,16 +26,23 @@ from arbi_kernels.tkv_core import (
     TkvLayerTensors,
     validate_tkv_layer,
 )
-from arbi_kernels.tkv_exact import tail_tile_size, validate_exact_inputs
+from arbi_kernels.tkv_exact import (
+    exact_window_blocks,
+    tail_ring_rows,
+    tail_tile_size,
+    validate_exact_inputs,
+    window_start,
+)
 
 
 @triton.jit(do_not_specialize=["num_kv_heads"])
 def _store_tkv_tail_kernel(
     key_exact_ptr, value_exact_ptr, key_tail_ptr, value_tail_ptr, query_start_loc_ptr, seq_lens_ptr,
     tail_slots_ptr, num_kv_heads, stride_exact_token, stride_exact_head,
-    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, TAIL_PAD: tl.constexpr, USE_PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, TAIL_PAD: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
-    """Program (sequence, kv head): keys and values of the sequence's step tokens in its last block."""
+    """Program (sequence, kv head): keys and values of the sequence's step tokens in its last E blocks."""
     wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -42,12 +50,13 @@ def _store_tkv_tail_kernel(
     q_begin = tl.load(query_start_loc_ptr + seq)
     prefix_len = seq_len - (tl.load(query_start_loc_ptr + seq + 1) - q_begin)
     offsets = tl.arange(0, TAIL_PAD)
-    positions = tl.maximum(seq_len - 1, 0) // PAGE_SIZE * PAGE_SIZE + offsets
-    copied = (offsets < PAGE_SIZE) & (positions >= prefix_len) & (positions < seq_len)
+    positions = window_start(tl.maximum(seq_len - 1, 0), PAGE_SIZE, EXACT_BLOCKS) + offsets
+    copied = (offsets < EXACT_BLOCKS * PAGE_SIZE) & (positions >= prefix_len) & (positions < seq_len)
     dims = tl.arange(0, HEAD_DIM)
     step_rows = (q_begin + positions - prefix_len).to(tl.int64)
     source = step_rows[:, None] * stride_exact_token + kv_head * stride_exact_head + dims[None, :]
-    tail_vectors = tl.load(tail_slots_ptr + seq, mask=seq_len > 0, other=0).to(tl.int64) * PAGE_SIZE + offsets
+    tail_slot = tl.load(tail_slots_ptr + seq, mask=seq_len > 0, other=0)
+    tail_vectors = tail_ring_rows(tail_slot, positions, PAGE_SIZE, EXACT_BLOCKS)
     target = (tail_vectors * num_kv_heads + kv_head)[:, None] * HEAD_DIM + dims[None, :]
     tl.store(key_tail_ptr + target, tl.load(key_exact_ptr + source, mask=copied[:, None]), mask=copied[:, None])
     tl.store(value_tail_ptr + target, tl.load(value_exact_ptr + source, mask=copied[:, None]), mask=copied[:, None])
@@ -61,14 +70,16 @@ def store_tkv_tail(
     seq_lens: torch.Tensor,
     tail_slots: torch.Tensor,
 ) -> None:
-    """Copy, for every sequence b, each of this step's tokens at a position p of b's last block (p >= (seq_len -
-    1) // block_size * block_size and p >= seq_len - query_len) from key_exact / value_exact [T, Hkv, D] fp16
-    (write_tkv_cache's result) to layer.key_tail / value_tail[tail_slots[b], p % block_size].
+    """Copy, for every sequence b, each of this step's tokens at a position p of b's last E blocks (p // block_size
+    >= (seq_len - 1) // block_size - (E - 1) and p >= seq_len - query_len) from key_exact / value_exact [T, Hkv, D]
+    fp16 (write_tkv_cache's result) to layer.key_tail / value_tail[tail_slots[b], (p // block_size) % E *
+    block_size + p % block_size], E = exact_window_blocks(layer).
 
     query_start_loc: [B+1] int32 offsets of each sequence's tokens; seq_lens: [B] int32 context length after this
     step (0: nothing copied); tail_slots: [B] int32 (distinct among the sequences; the range is not checked).
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
+    exact_blocks = exact_window_blocks(layer)
     num_seqs = seq_lens.shape[0]
     for name, tensor in (("query_start_loc", query_start_loc), ("seq_lens", seq_lens)):
         require_dtype(name, tensor, (torch.int32,))
@@ -83,6 +94,6 @@ def store_tkv_tail(
     _store_tkv_tail_kernel[(num_seqs, num_kv_heads)](
         key_exact, value_exact, layer.key_tail, layer.value_tail, query_start_loc, seq_lens, tail_slots,
         num_kv_heads, key_exact.stride(0), key_exact.stride(1),
-        HEAD_DIM=head_dim, PAGE_SIZE=page_size, TAIL_PAD=tail_tile_size(page_size), num_warps=1,
-        **pdl_launch_options(key_exact.device),
+        HEAD_DIM=head_dim, PAGE_SIZE=page_size, EXACT_BLOCKS=exact_blocks,
+        TAIL_PAD=tail_tile_size(exact_blocks * page_size), num_warps=1, **pdl_launch_options(key_exact.device),
     )

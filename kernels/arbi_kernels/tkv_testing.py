@@ -4,9 +4,10 @@ A layer gets random calibration transforms (positive channel scales, shifts) and
 so every unread slot holds garbage; a batch then encodes random model-space K/V for every context position of
 its sequences through the codec's torch reference, over random non-contiguous block tables. Keys carry a few
 large constant channels, as post-RoPE keys do, and each sequence's first token is an outlier (the sink).
-Each sequence gets its own random tail slot among more slots than sequences, holding the exact code-space
-values of its pre-step positions in the block the step starts in (what store_tkv_tail left there); the
-step's own tokens come with their exact buffers, as write_tkv_cache returns them.
+Each sequence gets its own random tail slot among more slots than sequences, a ring of E blocks (the shape's
+exact_blocks) holding the exact code-space values of its pre-step positions in the last E blocks before the step
+(what store_tkv_tail left there); the step's own tokens come with their exact buffers, as write_tkv_cache returns
+them.
 """
 
 from __future__ import annotations
@@ -19,16 +20,19 @@ import torch
 from arbi_grpc.kv_codec.packing import unpack_codes
 from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
 from arbi_kernels.testing import BatchShape, random_paged_batch
+from arbi_kernels.tkv_exact import exact_window_blocks
 from arbi_kernels.tkv_reference import (
     context_in_code_space,
+    exact_window_start,
     store_tkv_tail_reference,
+    tail_ring_row,
     write_tkv_cache_reference,
 )
 
 
 @dataclass(frozen=True)
 class TkvShape:
-    """Head layout, paging and encoding of a random TKV layer."""
+    """Head layout, paging and encoding of a random TKV layer; exact_blocks: E, the exact window's blocks."""
 
     num_heads: int
     num_kv_heads: int
@@ -39,6 +43,7 @@ class TkvShape:
     group_size: int = 32
     sink_tokens: int = 1
     rotate: bool = True
+    exact_blocks: int = 1
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,8 @@ def random_tkv_layer(
         return _randn((num_blocks, shape.sink_tokens, heads, dim), generator, device).to(torch.float16)
 
     def noise_tail() -> torch.Tensor:
-        return _randn((num_tail_slots, shape.page_size, heads, dim), generator, device).to(torch.float16)
+        window_rows = shape.exact_blocks * shape.page_size
+        return _randn((num_tail_slots, window_rows, heads, dim), generator, device).to(torch.float16)
 
     def channel_scale() -> torch.Tensor:
         return torch.exp(0.3 * _randn((heads, dim), generator, device))
@@ -137,8 +143,8 @@ def random_tkv_batch(
     generator: torch.Generator,
 ) -> TkvBatch:
     """Sequence b has seq_lens[b] encoded positions, the last query_lens[b] of which are this step's tokens
-    (rows query_start_loc[b].. of the exact buffers); its tail slot holds its exact pre-step positions of the block
-    holding position seq_len - query_len - 1, as the previous step's store_tkv_tail left them."""
+    (rows query_start_loc[b].. of the exact buffers); its tail slot holds its exact pre-step positions of the last
+    E blocks up to position seq_len - query_len - 1, as the previous step's store_tkv_tail left them."""
     paged = random_paged_batch(
         BatchShape(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.page_size, torch.float32),
         query_lens, seq_lens, device, generator,
@@ -167,21 +173,25 @@ def random_tkv_batch(
     )
 
 
-def with_decoded_exact(batch: TkvBatch) -> TkvBatch:
-    """The batch with every exact value attention may read (its exact buffers and its sequences' tail rows) replaced
-    by the decoded codes of the same position: what a kernel reading codes instead of exact values computes. Tests
-    compare the reference on both to show they can tell the two apart."""
+def with_decoded_exact(batch: TkvBatch, tail_only: bool = False) -> TkvBatch:
+    """The batch with every exact value attention may read (its exact buffers and its sequences' tail ring rows)
+    replaced by the decoded codes of the same position: what a kernel reading codes instead of exact values
+    computes. tail_only: replace the tail rows only, i.e. the pre-step positions of the window (for a step starting
+    at a block's first position, exactly the E - 1 blocks before the own block). Tests compare the reference on
+    both to show they can tell the two apart."""
     tails = {kind: getattr(batch.layer, f"{kind}_tail").clone() for kind in ("key", "value")}
     exact = {"key": batch.key_exact.clone(), "value": batch.value_exact.clone()}
-    block_size = batch.layer.block_size
+    block_size, exact_blocks = batch.layer.block_size, exact_window_blocks(batch.layer)
     starts = batch.query_start_loc.tolist()
     for seq, (seq_len, slot) in enumerate(zip(batch.seq_lens.tolist(), batch.tail_slots.tolist())):
         prefix_len = seq_len - (starts[seq + 1] - starts[seq])
-        tail_start = prefix_len // block_size * block_size  # the tail rows the step may read
+        tail_positions = range(exact_window_start(prefix_len, block_size, exact_blocks), prefix_len)  # the step reads
+        ring_rows = [tail_ring_row(position, block_size, exact_blocks) for position in tail_positions]
         for kind in ("key", "value"):
             decoded = context_in_code_space(batch.layer, kind, batch.block_tables[seq], seq_len).to(torch.float16)
-            exact[kind][starts[seq] : starts[seq + 1]] = decoded[prefix_len:]
-            tails[kind][slot, : prefix_len - tail_start] = decoded[tail_start:prefix_len]
+            if not tail_only:
+                exact[kind][starts[seq] : starts[seq + 1]] = decoded[prefix_len:]
+            tails[kind][slot, ring_rows] = decoded[tail_positions.start : prefix_len]
     layer = dataclasses.replace(batch.layer, key_tail=tails["key"], value_tail=tails["value"])
     return dataclasses.replace(batch, layer=layer, key_exact=exact["key"], value_exact=exact["value"])
 

@@ -1,5 +1,7 @@
 """TKV paged decode attention against the torch reference: bits, GQA groups, pages, splits, sinks, ragged contexts,
-and the sequence's last block read exact (tail slot + the new token's exact row) wherever the new token sits."""
+and the query's exact window (its own block and the E - 1 before it: the tail slot's ring + the new token's exact
+row) read exact wherever the new token sits, for E = 1, 2 and 3, windows across splits and contexts shorter than
+the window."""
 
 from __future__ import annotations
 
@@ -63,6 +65,62 @@ def test_last_block_is_read_exact_at_every_offset(page_size, sink_tokens, num_sp
     actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits, tiles=tiles,
                                         compute_dtype=compute_dtype)
     assert_tkv_close(actual, expected, compute_dtype)
+
+
+def _poison_window_metadata(batch: TkvBatch) -> None:
+    """NaN in the scales and zeros of every block in some sequence's exact window: reading a window position from
+    its codes would return NaN."""
+    layer, exact_blocks = batch.layer, batch.layer.key_tail.shape[1] // batch.layer.block_size
+    for row, seq_len in enumerate(batch.seq_lens.tolist()):
+        last_block = (seq_len - 1) // layer.block_size
+        window = batch.block_tables[row, max(last_block - exact_blocks + 1, 0) : last_block + 1].long()
+        for pool in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
+            pool[window] = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("page_size", "exact_blocks", "sink_tokens", "num_splits", "block_n", "compute_dtype"),
+    [
+        (4, 3, 1, 3, 16, torch.float32),  # 12-token windows, 16-token splits: windows cross splits
+        (8, 2, 0, 4, 16, torch.float32),
+        (8, 3, 1, 2, 32, torch.float16),  # 24 positions in a 32-row tile
+        (16, 2, 0, 1, 64, torch.float32),
+    ],
+)
+def test_exact_window_is_read_exact_at_every_offset(page_size, exact_blocks, sink_tokens, num_splits, block_n,
+                                                    compute_dtype, device, generator):
+    """New tokens at offsets 0, 1 and page_size - 1 of a first block, of a block inside the first window (a context
+    shorter than the window) and of later blocks: the window's positions come from the tail ring and the new
+    token's exact row, never from their codes (NaN scales and zeros in every window block)."""
+    shape = TkvShape(4, 2, 64, page_size, 4, 3, 32, sink_tokens, exact_blocks=exact_blocks)
+    window = exact_blocks * page_size
+    seq_lens = [1, 2, page_size, page_size + 1, window - 1, window + 1, window + 2 * page_size,
+                3 * window + page_size // 2 + 1]
+    batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
+    expected = tkv_paged_decode_attention_reference(*_arguments(batch, batch.query))
+    _poison_window_metadata(batch)
+    actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits,
+                                        tiles=TkvDecodeTiles(block_n=block_n, num_stages=1), compute_dtype=compute_dtype)
+    assert_tkv_close(actual, expected, compute_dtype)
+
+
+@pytest.mark.parametrize("exact_blocks", [1, 2])
+def test_previous_block_is_read_exact(exact_blocks, device, generator):
+    """New tokens at a block's first offset: with E = 2 the previous block comes from the tail ring, so decoding it
+    from its codes instead gives another result, which the kernel must not match; with E = 1 the tail is not read
+    at all, so both references agree bit for bit."""
+    page_size = 8
+    shape = TkvShape(4, 2, 64, page_size, 3, 3, 32, 1, exact_blocks=exact_blocks)
+    seq_lens = [page_size + 1, 4 * page_size + 1, 7 * page_size + 1]
+    batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
+    _check(batch, batch.query, torch.float32, num_splits=2)
+    expected = tkv_paged_decode_attention_reference(*_arguments(batch, batch.query))
+    coded = tkv_paged_decode_attention_reference(*_arguments(with_decoded_exact(batch, tail_only=True), batch.query))
+    if exact_blocks == 1:
+        assert torch.equal(coded, expected)
+    else:
+        with pytest.raises(AssertionError):
+            assert_tkv_close(coded, expected, torch.float32)
 
 
 @pytest.mark.parametrize(
