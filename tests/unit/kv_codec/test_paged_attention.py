@@ -1,6 +1,6 @@
-"""TkvTorchPagedAttention against the codec's reference attention (same codes, exact sinks and own blocks) and
-against plain attention (K8V8), over prefill chunks, ragged batches with decodes, sinks on and off, per-layer
-bits."""
+"""TkvTorchPagedAttention against the codec's reference attention (same codes, exact sinks and exact windows of
+1 to 3 blocks) and against plain attention (K8V8), over prefill chunks, ragged batches with decodes, sinks on and
+off, per-layer bits, and a prefix hit whose window's reused blocks are seeded decoded into the tail ring."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.attention import rotated_space_attention
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.kv_codec.quantize import dequantize_groups
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 from tests.unit.models.paged_harness import (
     PagedStepRunner,
@@ -59,13 +60,26 @@ def _play(
     calibration: TkvCalibration,
     block_size: int,
     backend: TkvTorchPagedAttention | None = None,
+    exact_blocks: int = 1,
 ) -> list[dict[int, torch.Tensor]]:
     """Each step through every layer (in random order); returns per layer {sequence: outputs of its tokens}."""
-    backend = backend or TkvTorchPagedAttention()
     num_blocks = sum(-(-len(q) // block_size) for q, _, _ in sequences.values()) + 3
     cache = TkvPagedKVCache(calibration, num_blocks=num_blocks, block_size=block_size, device="cpu",
-                            num_tail_slots=len(sequences))
+                            num_tail_slots=len(sequences), exact_blocks=exact_blocks)
     runner = PagedStepRunner(block_size=block_size, num_blocks=num_blocks, rng=rng)
+    return _play_on(rng, steps, sequences, cache, runner, backend or TkvTorchPagedAttention())
+
+
+def _play_on(
+    rng: random.Random,
+    steps: list[list[tuple[int, int]]],
+    sequences: Sequences,
+    cache: TkvPagedKVCache,
+    runner: PagedStepRunner,
+    backend: TkvTorchPagedAttention,
+) -> list[dict[int, torch.Tensor]]:
+    """`_play` over a given cache and step runner (their state carries over between calls)."""
+    calibration = cache.calibration
     outputs: list[dict[int, list[torch.Tensor]]] = [{s: [] for s in sequences} for _ in calibration.layer_bits]
     for step in steps:
         metadata, _, spans = runner.plan_step(step)
@@ -76,7 +90,7 @@ def _play(
             for sequence, start, end in spans:
                 outputs[layer][sequence].append(output[offset : offset + end - start])
                 offset += end - start
-    return [{seq: torch.cat(parts) for seq, parts in layer.items()} for layer in outputs]
+    return [{seq: torch.cat(parts) for seq, parts in layer.items() if parts} for layer in outputs]
 
 
 def _exact_rotated(codec, transform, x: torch.Tensor) -> torch.Tensor:
@@ -86,37 +100,106 @@ def _exact_rotated(codec, transform, x: torch.Tensor) -> torch.Tensor:
     return transform.inverse(stored)
 
 
-def _reference(calibration: TkvCalibration, layer: int, block_size: int, query, key, value) -> torch.Tensor:
-    """Token by token: query t over keys 0..t, the first sink_tokens and those of t's own block exact (fp16 in
-    the code space), the others decoded from their codes."""
+def _reference(calibration: TkvCalibration, layer: int, block_size: int, query, key, value, exact_blocks: int = 1,
+               exact_from: int = 0) -> torch.Tensor:
+    """Token by token: query t over keys 0..t, the first sink_tokens and those of t's window (its own block and the
+    exact_blocks - 1 before it) exact (fp16 in the code space), the others decoded from their codes. Keys below
+    `exact_from` (a prefix hit's reused blocks) are decoded in the window too, there rounded to the fp16 of the
+    tail ring they were seeded into; the rows of queries from `exact_from` on are returned."""
     codec = calibration.layer_codec(layer)
     keys = codec.decode_keys_rotated(codec.encode_keys(key))  # [L, Hkv, D] rotated space
     values = codec.decode_values_rotated(codec.encode_values(value))
     exact_keys, exact_values = _exact_rotated(codec, codec.keys, key), _exact_rotated(codec, codec.values, value)
+    seeded_keys, seeded_values = (
+        transform.inverse(dequantize_groups(encode(x)).half().float())
+        for transform, encode, x in ((codec.keys, codec.encode_keys, key), (codec.values, codec.encode_values, value))
+    )
     rows = []
-    for t in range(query.shape[0]):
-        exact = torch.zeros(t + 1, dtype=torch.bool)
+    for t in range(exact_from, query.shape[0]):
+        window = torch.zeros(t + 1, dtype=torch.bool)
+        window[max(t // block_size - exact_blocks + 1, 0) * block_size:] = True
+        seeded = window.clone()
+        seeded[exact_from:] = False
+        exact = window & ~seeded
         exact[: calibration.sink_tokens] = True
-        exact[t // block_size * block_size:] = True
-        row_keys = torch.where(exact[:, None, None], exact_keys[: t + 1], keys[: t + 1])
-        row_values = torch.where(exact[:, None, None], exact_values[: t + 1], values[: t + 1])
+        seeded[: calibration.sink_tokens] = False
+        row_keys = torch.where(exact[:, None, None], exact_keys[: t + 1],
+                               torch.where(seeded[:, None, None], seeded_keys[: t + 1], keys[: t + 1]))
+        row_values = torch.where(exact[:, None, None], exact_values[: t + 1],
+                                 torch.where(seeded[:, None, None], seeded_values[: t + 1], values[: t + 1]))
         rows.append(rotated_space_attention(query[t : t + 1], row_keys, row_values, codec, causal=True))
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("block_size,exact_blocks", [(4, 1), (16, 1), (4, 2), (4, 3), (8, 2)])
 @pytest.mark.parametrize("sink_tokens", [0, 1, 3])
-def test_chunked_ragged_batches_match_the_codec_reference(block_size, sink_tokens, generator):
+def test_chunked_ragged_batches_match_the_codec_reference(block_size, exact_blocks, sink_tokens, generator):
     rng = random.Random(int(torch.randint(2**31, (1,), generator=generator)))
     prompt_lens = [rng.randint(2, 24) for _ in range(4)] + [1]
     steps = chunked_schedule(rng, prompt_lens, decode_steps=3)
     sequences = _sequences(generator, [tokens_needed(steps)[s] for s in range(len(prompt_lens))])
     calibration = _calibration([(8, 8), (4, 3), (3, 2)], generator, sink_tokens=sink_tokens)
-    outputs = _play(rng, steps, sequences, calibration, block_size, TkvTorchPagedAttention(max_decode_group_size=2))
+    outputs = _play(rng, steps, sequences, calibration, block_size, TkvTorchPagedAttention(max_decode_group_size=2),
+                    exact_blocks)
     for layer in range(calibration.num_layers):
         for sequence, (query, key, value) in sequences.items():
-            expected = _reference(calibration, layer, block_size, query, key, value)
+            expected = _reference(calibration, layer, block_size, query, key, value, exact_blocks)
             torch.testing.assert_close(outputs[layer][sequence], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_wider_window_reads_more_keys_exactly(generator):
+    """A test that could fail: at 2 bits, widening the exact window from one block to three must change the
+    outputs of queries past the first blocks, and bring them closer to plain attention."""
+    rng_seed = int(torch.randint(2**31, (1,), generator=generator))
+    query, key, value = _sequences(generator, [40])[0]
+    calibration = _calibration([(2, 2)], generator)
+    outputs = {
+        exact_blocks: _play(random.Random(rng_seed), [[(0, 40)]], {0: (query, key, value)}, calibration, 4,
+                            exact_blocks=exact_blocks)[0][0]
+        for exact_blocks in (1, 3)
+    }
+    torch.testing.assert_close(outputs[1][:4], outputs[3][:4])  # the first block: its own window either way
+    plain = dense_causal_attention(query, key, value)
+    errors = {e: (output[8:] - plain[8:]).abs().mean().item() for e, output in outputs.items()}
+    assert errors[3] < errors[1]
+
+
+@pytest.mark.parametrize("exact_blocks", [2, 3])
+def test_chunked_prefill_equals_a_one_step_prefill(exact_blocks, generator):
+    rng_seed = int(torch.randint(2**31, (1,), generator=generator))
+    chunks = [3, 6, 1, 9, 2, 5]  # boundaries inside and on blocks of 4
+    sequences = _sequences(generator, [sum(chunks) + 3])
+    calibration = _calibration([(4, 3)], generator)
+    chunked = [[(0, n)] for n in chunks] + [[(0, 1)]] * 3
+    whole = [[(0, sum(chunks))]] + [[(0, 1)]] * 3
+    results = [_play(random.Random(rng_seed), steps, sequences, calibration, 4, exact_blocks=exact_blocks)[0][0]
+               for steps in (chunked, whole)]
+    torch.testing.assert_close(results[0], results[1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("exact_blocks,reused_blocks", [(2, 3), (3, 3), (3, 1), (4, 2)])
+def test_a_prefix_hit_reads_its_seeded_window_blocks_decoded(exact_blocks, reused_blocks, generator):
+    """Sequence 1 reuses sequence 0's first blocks as a prefix hit would: the reused blocks in its first queries'
+    window are seeded decoded into its tail ring (seed_tail), so they read as their codes, its own tokens exact."""
+    block_size, prefix_len = 4, reused_blocks * 4
+    rng = random.Random(int(torch.randint(2**31, (1,), generator=generator)))
+    first, second = _sequences(generator, [prefix_len + 2, prefix_len + 11]).values()
+    second = tuple(torch.cat([f[:prefix_len], s[prefix_len:]]) for f, s in zip(first, second))  # shared prefix
+    calibration = _calibration([(3, 3), (4, 2)], generator)
+    cache = TkvPagedKVCache(calibration, num_blocks=16, block_size=block_size, device="cpu", num_tail_slots=2,
+                            exact_blocks=exact_blocks)
+    runner = PagedStepRunner(block_size=block_size, num_blocks=16, rng=rng)
+    backend = TkvTorchPagedAttention()
+    _play_on(rng, [[(0, prefix_len + 2)]], {0: first}, cache, runner, backend)
+    for tail in (cache.layer(0).key_tail, cache.layer(0).value_tail):
+        tail[1].normal_()  # a previous owner's rows
+    runner.block_tables[1], runner.processed[1] = runner.block_tables[0][:reused_blocks], prefix_len
+    seeded_from = max(0, reused_blocks - exact_blocks + 1)
+    cache.seed_tail(1, torch.tensor(runner.block_tables[1][seeded_from:]), seeded_from)
+    outputs = _play_on(rng, [[(1, 5)], [(1, 4)], [(1, 1)], [(1, 1)]], {1: second}, cache, runner, backend)
+    for layer in range(calibration.num_layers):
+        expected = _reference(calibration, layer, block_size, *second, exact_blocks, exact_from=prefix_len)
+        torch.testing.assert_close(outputs[layer][1], expected, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("sink_tokens", [0, 1])

@@ -1,7 +1,9 @@
 """TkvPagedKVCache: per-layer shapes and dtypes from the calibration's bits, zeroed memory, sink rows for the first
-blocks only, bytes per block and per pool."""
+blocks only, tail rings of `exact_blocks` blocks and their seeding, bytes per block and per pool."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
 
 
 def _calibration(layer_bits: tuple[tuple[int, int], ...], group_size: int = 16, sink_tokens: int = 2):
@@ -89,6 +92,86 @@ def test_sink_rows_outside_one_to_the_block_count_are_refused(num_sink_blocks: i
     with pytest.raises(InvalidArgumentError, match="num_sink_blocks"):
         TkvPagedKVCache(_calibration(((4, 4),)), num_blocks=2, block_size=4, device="cpu",
                         num_sink_blocks=num_sink_blocks, num_tail_slots=1)
+
+
+def test_a_window_of_e_blocks_makes_each_tail_slot_a_ring_of_e_blocks():
+    calibration = _calibration(((8, 8), (4, 3)))
+    cache = TkvPagedKVCache(calibration, num_blocks=5, block_size=8, device="cpu", num_sink_blocks=2,
+                            num_tail_slots=3, exact_blocks=3)
+    layer = cache.layer(1)
+    assert layer.key_tail.shape == layer.value_tail.shape == (3, 24, 2, 32) and layer.exact_blocks == 3
+    assert layer.ring_rows(torch.tensor([0, 7, 8, 23, 24, 31, 50])).tolist() == [0, 7, 8, 23, 0, 7, 2]
+    assert cache.tail_slot_bytes == 3 * TkvPagedKVCache.tail_slot_bytes_for(calibration, 8)
+    assert cache.tail_slot_bytes == TkvPagedKVCache.tail_slot_bytes_for(calibration, 8, 3)
+    total = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
+    assert total == cache.num_bytes == TkvPagedKVCache.num_bytes_for(calibration, 8, 5, 2, 3, 3)
+    assert cache.setting_name == "tkv 5.75 bits per layer-allocated K/V G16 sink2 exact3"
+    one = TkvPagedKVCache(_calibration(((4, 3),)), num_blocks=1, block_size=8, device="cpu", num_tail_slots=1)
+    assert one.exact_blocks == 1 and one.setting_name == "tkv K4V3 G16 sink2"
+
+
+@pytest.mark.parametrize("exact_blocks,block_size,words", [
+    (0, 4, "must be in [1, 16], got 0"), (17, 4, "must be in [1, 16], got 17"),
+    (5, 64, "window of 320 tokens, more than the 256"),
+])
+def test_windows_outside_one_to_sixteen_blocks_or_one_tile_are_refused(exact_blocks, block_size, words):
+    with pytest.raises(InvalidArgumentError) as refused:
+        TkvPagedKVCache(_calibration(((4, 4),)), num_blocks=2, block_size=block_size, device="cpu",
+                        num_tail_slots=1, exact_blocks=exact_blocks)
+    assert refused.value.field == "kv_exact_blocks" and words in str(refused.value)
+
+
+def test_seed_tail_writes_decoded_blocks_into_their_ring_rows_of_every_layer():
+    calibration = _calibration(((8, 8), (3, 2)))
+    cache = TkvPagedKVCache(calibration, num_blocks=6, block_size=4, device="cpu", num_tail_slots=2, exact_blocks=3)
+    generator = torch.Generator().manual_seed(0)
+    for index in range(calibration.num_layers):
+        layer, codec = cache.layer(index), cache.codec(index)
+        for codes, scale, zero, encode in (
+            (layer.key_codes, layer.key_scale, layer.key_zero, codec.encode_keys),
+            (layer.value_codes, layer.value_scale, layer.value_zero, codec.encode_values),
+        ):
+            encoded = encode(3 * torch.randn(6 * 4, 2, 32, generator=generator))
+            for pool, part in ((codes, encoded.codes), (scale, encoded.scale), (zero, encoded.zero)):
+                pool.copy_(part.view(pool.shape))
+    # A sequence's blocks 4 and 5 (ring blocks 1 and 2) are pool blocks 2 and 0.
+    cache.seed_tail(1, torch.tensor([2, 0]), first_block_index=4)
+    for index in range(calibration.num_layers):
+        layer = cache.layer(index)
+        decoded_keys, decoded_values = layer.decoded_blocks(torch.tensor([2, 0]))
+        for tail, decoded, codes, scale, zero, bits in (
+            (layer.key_tail, decoded_keys, layer.key_codes, layer.key_scale, layer.key_zero, layer.key_bits),
+            (layer.value_tail, decoded_values, layer.value_codes, layer.value_scale, layer.value_zero,
+             layer.value_bits),
+        ):
+            block_two = dequantize_groups(QuantizedGroups(codes[2], scale[2], zero[2], bits, 16))
+            torch.testing.assert_close(decoded[0], block_two, rtol=0, atol=0)
+            assert torch.equal(tail[1, 4:8], decoded[0].half()) and torch.equal(tail[1, 8:12], decoded[1].half())
+            assert not tail[1, :4].any() and not tail[0].any()  # ring block 0 and the other slot: untouched
+    with pytest.raises(ValueError, match="do not fit a tail ring of 3 blocks"):
+        cache.seed_tail(0, torch.tensor([0, 1, 2, 3]), first_block_index=0)
+
+
+def test_the_pool_planner_counts_tail_rings_of_e_blocks():
+    from arbi_grpc.config import EngineConfig
+    from arbi_grpc.memory.kv_pool import plan_kv_pool
+    from arbi_grpc.models.attention_selection import build_kv_cache
+    from tests.unit.memory.shapes import model_config
+
+    model = model_config()
+    calibration = TkvCalibration.uniform(
+        "tkvfp1:test", TkvSpec(4, 3, 16, 1), model.num_layers, model.num_kv_heads, model.head_dim
+    )
+    base = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=2, block_size=8,
+                        max_running_requests=4)
+    plans = {e: plan_kv_pool(dataclasses.replace(base, kv_exact_blocks=e), model, calibration) for e in (1, 4)}
+    assert plans[4].tail_slot_bytes == 4 * plans[1].tail_slot_bytes
+    assert plans[4].tail_bytes == 4 * plans[4].tail_slot_bytes  # max_running_requests x a ring of 4 blocks
+    assert plans[4].num_blocks < plans[1].num_blocks
+    cache = build_kv_cache(dataclasses.replace(base, kv_exact_blocks=4), model, plans[4].num_blocks, calibration)
+    allocated = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
+    assert cache.exact_blocks == 4 and cache.layer(0).key_tail.shape[1] == 32
+    assert plans[4].num_bytes == allocated <= 2 << 20 < allocated + cache.bytes_per_block
 
 
 def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():
