@@ -1,7 +1,7 @@
 """TKV paged prefill/extend attention against the torch reference: cached prefixes, sinks inside and beyond the
-first tile, GQA, bits, each query's own block read exact (chunks from mid-block across block boundaries, the
-block's earlier positions from the tail slot), and the write and tail kernels feeding attention as the engine
-runs them (write, attend, store the tail)."""
+first tile, GQA, bits, each query's exact window read exact (its own block and the E - 1 before it, E = 1, 2, 3;
+chunks from mid-block across block boundaries, the window's earlier positions from the tail slot's ring), and the
+write and tail kernels feeding attention as the engine runs them (write, attend, store the tail)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,32 @@ def test_own_block_exact_for_chunks_from_mid_block(page_size, tiles, sink_tokens
 
 
 @pytest.mark.parametrize(
+    ("page_size", "exact_blocks", "tiles", "sink_tokens", "compute_dtype"),
+    [
+        (4, 3, PrefillTiles(block_m=16, block_n=16, num_warps=4), 1, torch.float32),  # tiles span several blocks
+        (8, 2, PrefillTiles(block_m=16, block_n=32, num_warps=4), 0, torch.float32),
+        (16, 3, PrefillTiles(block_m=16, block_n=16, num_warps=4), 1, torch.float16),  # windows span several tiles
+    ],
+)
+def test_exact_window_for_chunks_from_mid_block(page_size, exact_blocks, tiles, sink_tokens, compute_dtype, device,
+                                                generator):
+    """Chunks that start mid-block or at a block's start after a longer prefix (their first window's earlier
+    positions come from the tail ring) and span several blocks, a prompt shorter than the window, a longer one;
+    the result must differ from the one with the ring's rows decoded from codes."""
+    window = exact_blocks * page_size
+    offset = int(torch.randint(1, page_size, (1,), generator=generator))
+    prefixes = [offset, window + page_size + offset, 2 * window, 0, 0]
+    query_lens = [2 * page_size + 3, window + 5, page_size + 1, window - 1, 2 * window + 3]
+    seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
+    shape = TkvShape(2, 1, 32, page_size, 4, 4, 16, sink_tokens, exact_blocks=exact_blocks)
+    batch = random_tkv_batch(shape, query_lens, seq_lens, device, generator)
+    expected = _check(batch, compute_dtype, tiles)
+    coded = tkv_paged_prefill_attention_reference(*_arguments(with_decoded_exact(batch, tail_only=True)))
+    with pytest.raises(AssertionError):
+        assert_tkv_close(coded[: sum(query_lens[:3])], expected[: sum(query_lens[:3])], compute_dtype)
+
+
+@pytest.mark.parametrize(
     ("key_bits", "value_bits", "group_size", "sink_tokens", "compute_dtype"),
     [(4, 4, 1, 1, torch.float32), (3, 6, 4, 0, torch.float32), (2, 5, 2, 3, torch.float16)],
 )
@@ -86,9 +112,11 @@ def test_sink_prefix_longer_than_a_tile(device, generator):
     _check(random_tkv_batch(shape, [30, 6], [30, 26], device, generator), torch.float32)
 
 
-def test_write_then_attend_as_the_engine_does(device, generator):
-    """A prompt chunk is written by the kernel, attended by prefill, then one decode step follows."""
-    shape = TkvShape(4, 2, 64, 16, 4, 3, 32, sink_tokens=1)
+@pytest.mark.parametrize(("page_size", "exact_blocks"), [(16, 1), (4, 3)])
+def test_write_then_attend_as_the_engine_does(page_size, exact_blocks, device, generator):
+    """A prompt chunk is written by the kernel, attended by prefill, then decode steps follow; the tail kernel
+    keeps the window's ring between steps."""
+    shape = TkvShape(4, 2, 64, page_size, 4, 3, 32, sink_tokens=1, exact_blocks=exact_blocks)
     prompt_len = 37
     batch = random_tkv_batch(shape, [1], [prompt_len + 3], device, generator)  # a block table; pools are rewritten
     layer, table, tail_slots = batch.layer, batch.block_tables, batch.tail_slots
