@@ -196,6 +196,18 @@ def with_decoded_exact(batch: TkvBatch, tail_only: bool = False) -> TkvBatch:
     return dataclasses.replace(batch, layer=layer, key_exact=exact["key"], value_exact=exact["value"])
 
 
+def poison_exact_window_metadata(batch: TkvBatch) -> None:
+    """NaN in the scales and zeros of every block in some sequence's exact window (the last E blocks up to
+    seq_len - 1): a decode that read a window position from its codes would return NaN."""
+    layer = batch.layer
+    exact_blocks = exact_window_blocks(layer)
+    for row, seq_len in enumerate(batch.seq_lens.tolist()):
+        last_block = (seq_len - 1) // layer.block_size
+        window = batch.block_tables[row, max(last_block - exact_blocks + 1, 0) : last_block + 1].long()
+        for pool in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
+            pool[window] = float("nan")
+
+
 TKV_POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")
 MAX_DIFFERING_GROUP_SHARE = 0.01
 

@@ -2,8 +2,8 @@
 and its exact outputs bit for bit, the query/output transforms bit for bit, decode and prefill against the torch
 reference with head dims 64/128, GQA 1/4/8, pages 16/32, every bit width (K and V different), contexts up to 32k,
 each query's own block exact (decode at a block's offsets 0/1/last, prefill chunks from mid-block across
-boundaries), store_tkv_tail, decode replayed in a CUDA graph, and the TKV Triton backend against the torch TKV
-backend."""
+boundaries), exact windows of E = 2 and 4 blocks (decode, prefill from mid-block, the tail store's ring),
+store_tkv_tail, decode replayed in a CUDA graph, and the TKV Triton backend against the torch TKV backend."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from arbi_kernels.tkv_testing import (
     assert_same_encoding,
     assert_tkv_close,
     copy_pools,
+    poison_exact_window_metadata,
     positions_of_slots,
     random_model_space_kv,
     random_tkv_batch,
@@ -267,6 +268,75 @@ def test_store_tkv_tail_matches_the_reference(page_size, device, generator):
     shape = TkvShape(8, 8, 128, page_size, 4, 4)
     query_lens = [1] * page_size + [700, 3 * page_size, 0, 0]
     seq_lens = [page_size * 5 + offset + 1 for offset in range(page_size)] + [1000, 4 * page_size + 1, 0, 0]
+    num_slots = len(seq_lens) + 5
+    layer = random_tkv_layer(shape, 1, device, generator, num_slots)
+    tail_slots = torch.randperm(num_slots, generator=generator, device=device)[: len(seq_lens)].int()
+    key_exact, value_exact = (torch.randn((sum(query_lens), 8, 128), generator=generator, device=device).half()
+                              for _ in range(2))
+    query_start_loc = torch.tensor([0, *query_lens], device=device).cumsum(0).int()
+    seq_lens_tensor = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    expected = dataclasses.replace(layer, key_tail=layer.key_tail.clone(), value_tail=layer.value_tail.clone())
+    store_tkv_tail(key_exact, value_exact, layer, query_start_loc, seq_lens_tensor, tail_slots)
+    store_tkv_tail_reference(key_exact, value_exact, expected, query_start_loc, seq_lens_tensor, tail_slots)
+    assert torch.equal(layer.key_tail, expected.key_tail)
+    assert torch.equal(layer.value_tail, expected.value_tail)
+
+
+@pytest.mark.parametrize("tiles", [PLAIN_DECODE_TILES, DEFAULT_DECODE_TILES,
+                                   TkvDecodeTiles(64, 4, 1, prefetch=True, ptx_nibbles=True, transposed_dots=True)],
+                         ids=["plain", "default", "prefetch"])
+@pytest.mark.parametrize("sink_tokens", [0, 1])
+@pytest.mark.parametrize("exact_blocks", [2, 4])
+def test_decode_reads_the_exact_window(exact_blocks, sink_tokens, tiles, device, generator):
+    """Llama's GQA 4 at D=128, block 16, K4V4, several splits: new tokens at offsets 0, 1 and 15 of a first block,
+    inside the first window (contexts shorter than it) and of a late block; the window never read from codes (NaN
+    scales and zeros in its blocks), and its earlier blocks decoded instead would give another result."""
+    page_size = 16
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, 128, page_size, 4, 4, 32, sink_tokens,
+                     exact_blocks=exact_blocks)
+    window, base = exact_blocks * page_size, 200 * page_size
+    seq_lens = [1, 2, page_size, page_size + 1, window - 1, window + 1, base + 1, base + 2, base + page_size]
+    batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
+    expected = tkv_paged_decode_attention_reference(*_decode_arguments(batch))
+    coded = tkv_paged_decode_attention_reference(*_decode_arguments(with_decoded_exact(batch, tail_only=True)))
+    with pytest.raises(AssertionError):
+        assert_tkv_close(coded, expected, torch.float16)
+    poison_exact_window_metadata(batch)
+    assert_tkv_close(tkv_paged_decode_attention(*_decode_arguments(batch), tiles=tiles, num_splits=4), expected,
+                     torch.float16)
+
+
+@pytest.mark.parametrize("tiles", [None, PrefillTiles(32, 32, 4), PrefillTiles(128, 64, 8)],
+                         ids=["default", "m32n32", "m128n64"])
+@pytest.mark.parametrize("sink_tokens", [0, 1])
+@pytest.mark.parametrize("exact_blocks", [2, 4])
+def test_prefill_chunks_read_the_exact_window(exact_blocks, sink_tokens, tiles, device, generator):
+    """Llama's GQA 4 at D=128, block 16, K4V4: chunks from mid-block and from a block's start after a long prefix
+    (the window's earlier positions from the tail ring), a prompt shorter than the window and a long one; against
+    the reference, which differs from the one with the ring's rows decoded."""
+    page_size = 16
+    shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, 128, page_size, 4, 4, 32, sink_tokens,
+                     exact_blocks=exact_blocks)
+    window = exact_blocks * page_size
+    prefixes = [page_size // 2 + 1, 100 * page_size + 3, 50 * page_size, 0, 0]
+    query_lens = [3 * window + 5, 700, 130, window - 1, 513]
+    batch = random_tkv_batch(shape, query_lens, [q + p for q, p in zip(query_lens, prefixes)], device, generator)
+    expected = _prefill(batch, tiles=tiles)
+    coded = tkv_paged_prefill_attention_reference(*_prefill_arguments(with_decoded_exact(batch, tail_only=True)))
+    chunk_rows = sum(query_lens[:3])  # the prompts have nothing in the tail
+    with pytest.raises(AssertionError):
+        assert_tkv_close(coded[:chunk_rows], expected[:chunk_rows], torch.float16)
+
+
+@pytest.mark.parametrize("exact_blocks", [2, 4])
+def test_store_tkv_tail_fills_the_window_ring(exact_blocks, device, generator):
+    """Llama's 8 kv heads at D=128, block 16, rings of E blocks: decodes at every offset, chunks across boundaries
+    and over more blocks than the window, padding rows; bit for bit against the reference over the whole pool."""
+    page_size = 16
+    shape = TkvShape(8, 8, 128, page_size, 4, 4, exact_blocks=exact_blocks)
+    query_lens = [1] * page_size + [700, 3 * page_size, (exact_blocks + 2) * page_size + 3, 0, 0]
+    seq_lens = ([page_size * 5 + offset + 1 for offset in range(page_size)]
+                + [1000, 4 * page_size + 1, (exact_blocks + 3) * page_size + 7, 0, 0])
     num_slots = len(seq_lens) + 5
     layer = random_tkv_layer(shape, 1, device, generator, num_slots)
     tail_slots = torch.randperm(num_slots, generator=generator, device=device)[: len(seq_lens)].int()

@@ -17,6 +17,7 @@ from arbi_kernels.tkv_testing import (
     TkvBatch,
     TkvShape,
     assert_tkv_close,
+    poison_exact_window_metadata,
     random_tkv_batch,
     with_decoded_exact,
 )
@@ -67,17 +68,6 @@ def test_last_block_is_read_exact_at_every_offset(page_size, sink_tokens, num_sp
     assert_tkv_close(actual, expected, compute_dtype)
 
 
-def _poison_window_metadata(batch: TkvBatch) -> None:
-    """NaN in the scales and zeros of every block in some sequence's exact window: reading a window position from
-    its codes would return NaN."""
-    layer, exact_blocks = batch.layer, batch.layer.key_tail.shape[1] // batch.layer.block_size
-    for row, seq_len in enumerate(batch.seq_lens.tolist()):
-        last_block = (seq_len - 1) // layer.block_size
-        window = batch.block_tables[row, max(last_block - exact_blocks + 1, 0) : last_block + 1].long()
-        for pool in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
-            pool[window] = float("nan")
-
-
 @pytest.mark.parametrize(
     ("page_size", "exact_blocks", "sink_tokens", "num_splits", "block_n", "compute_dtype"),
     [
@@ -98,7 +88,7 @@ def test_exact_window_is_read_exact_at_every_offset(page_size, exact_blocks, sin
                 3 * window + page_size // 2 + 1]
     batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
     expected = tkv_paged_decode_attention_reference(*_arguments(batch, batch.query))
-    _poison_window_metadata(batch)
+    poison_exact_window_metadata(batch)
     actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits,
                                         tiles=TkvDecodeTiles(block_n=block_n, num_stages=1), compute_dtype=compute_dtype)
     assert_tkv_close(actual, expected, compute_dtype)
