@@ -12,8 +12,21 @@ import triton
 import triton.language as tl
 
 from arbi_kernels.checks import require_dtype, require_shape, require_unit_last_stride
-from arbi_kernels.tkv_core import MAX_EXACT_WINDOW_TOKENS as MAX_EXACT_WINDOW_TOKENS  # the window's bound, here
-from arbi_kernels.tkv_core import TkvLayerTensors, code_channels
+from arbi_kernels.tkv_core import (
+    MAX_EXACT_WINDOW_TOKENS,
+    TkvLayerTensors,
+    code_channels,
+)
+
+__all__ = [  # MAX_EXACT_WINDOW_TOKENS, the window's bound, is defined in tkv_core for validate_tkv_layer
+    "MAX_EXACT_WINDOW_TOKENS",
+    "exact_window_blocks",
+    "load_exact_rows",
+    "tail_ring_rows",
+    "tail_tile_size",
+    "validate_exact_inputs",
+    "window_start",
+]
 
 
 def validate_exact_inputs(key_exact: torch.Tensor, value_exact: torch.Tensor, tail_slots: torch.Tensor, num_rows: int,

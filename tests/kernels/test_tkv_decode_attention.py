@@ -89,8 +89,9 @@ def test_exact_window_is_read_exact_at_every_offset(page_size, exact_blocks, sin
     batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
     expected = tkv_paged_decode_attention_reference(*_arguments(batch, batch.query))
     poison_exact_window_metadata(batch)
-    actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits,
-                                        tiles=TkvDecodeTiles(block_n=block_n, num_stages=1), compute_dtype=compute_dtype)
+    tiles = TkvDecodeTiles(block_n=block_n, num_stages=1)
+    actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits, tiles=tiles,
+                                        compute_dtype=compute_dtype)
     assert_tkv_close(actual, expected, compute_dtype)
 
 
