@@ -286,7 +286,7 @@ def test_store_tkv_tail_matches_the_reference(page_size, device, generator):
                                    TkvDecodeTiles(64, 4, 1, prefetch=True, ptx_nibbles=True, transposed_dots=True)],
                          ids=["plain", "default", "prefetch"])
 @pytest.mark.parametrize("sink_tokens", [0, 1])
-@pytest.mark.parametrize("exact_blocks", [2, 4])
+@pytest.mark.parametrize("exact_blocks", [2, 4, 16])  # 16: the largest window, 256 positions in one tile
 def test_decode_reads_the_exact_window(exact_blocks, sink_tokens, tiles, device, generator):
     """Llama's GQA 4 at D=128, block 16, K4V4, several splits: new tokens at offsets 0, 1 and 15 of a first block,
     inside the first window (contexts shorter than it) and of a late block; the window never read from codes (NaN
@@ -328,7 +328,7 @@ def test_prefill_chunks_read_the_exact_window(exact_blocks, sink_tokens, tiles, 
         assert_tkv_close(coded[:chunk_rows], expected[:chunk_rows], torch.float16)
 
 
-@pytest.mark.parametrize("exact_blocks", [2, 4])
+@pytest.mark.parametrize("exact_blocks", [2, 4, 16])
 def test_store_tkv_tail_fills_the_window_ring(exact_blocks, device, generator):
     """Llama's 8 kv heads at D=128, block 16, rings of E blocks: decodes at every offset, chunks across boundaries
     and over more blocks than the window, padding rows; bit for bit against the reference over the whole pool."""
