@@ -200,3 +200,50 @@ def test_boot_refuses_tkv_without_a_usable_bundle(smollm2_dir: Path, bundles) ->
     assert OTHER_MODEL in str(other.value) and model_dir_fingerprint(smollm2_dir) in str(other.value)
     with pytest.raises(ModelLoadError, match="checksum"):
         build_served_model(EngineConfig(model=model, kv_cache_dtype="tkv", kv_calibration=str(bundles["corrupt"])))
+
+
+
+def test_a_two_block_exact_window_reuses_prefixes_on_smollm2(smollm2_dir: Path, bundles) -> None:
+    """--kv-exact-blocks 2 on the real model, the engine alone (a server's boot adds only its memory profile): a
+    chat prompt repeated after an unrelated request hits the prefix cache, and its reused block in the first query's
+    window, seeded decoded into a tail slot the unrelated request filled, moves the log-probabilities a little but
+    not the answer."""
+    import torch
+
+    from arbi_grpc.engine.input_processor import ChatPrompt, InputProcessor, TextPrompt
+    from arbi_grpc.engine.offline import generate as generate_offline
+    from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+    from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
+    from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
+    from arbi_grpc.models.loader import load_model
+    from arbi_grpc.serving import assemble_engine, build_runner
+    from arbi_grpc.text.tokenizer import TextTokenizer
+
+    config = EngineConfig(model=str(smollm2_dir), kv_cache_dtype="tkv", kv_calibration=str(bundles["k8v8"]),
+                          kv_exact_blocks=2, max_running_requests=2)
+    backend = select_attention_backend(config)
+    model, model_config = load_model(smollm2_dir, dtype=torch.float32, device=torch.device("cpu"),
+                                     attention_backend=backend)
+    kv_cache = build_kv_cache(config, model_config, 32, load_engine_calibration(config, smollm2_dir))
+    runner, _ = build_runner(model, kv_cache, config, 512, backend)
+    tokenizer = TextTokenizer.from_model_dir(smollm2_dir)
+    inputs = InputProcessor(tokenizer, model_config.vocab_size, 512)
+    engine = assemble_engine(runner, model_config, tokenizer, config, 512)
+    question = ChatPrompt(({"role": "user", "content": "What is the capital of France?"},))
+    unrelated = TextPrompt("Photosynthesis lets plants turn sunlight, water and carbon dioxide into sugar and oxygen; "
+                           "it happens in the chloroplasts of leaf cells.")
+    engine.start()
+    try:
+        first, _, repeated = (
+            generate_offline(engine, [inputs.build(f"r{i}", prompt, SamplingParams(temperature=0.0),
+                                                   StoppingParams(max_output_tokens=8))])[0]
+            for i, prompt in enumerate((question, unrelated, question))
+        )  # one at a time: each runs in tail slot 0
+        stats = engine.stats()
+    finally:
+        engine.shutdown()
+    assert kv_cache.setting_name == "tkv K8V8 G32 sink1 exact2"
+    assert stats.prefix_cache_hit_tokens >= 16
+    assert "Paris" in tokenizer.decode(first.token_ids) and repeated.token_ids == first.token_ids
+    differences = [abs(a - b) for a, b in zip(first.logprobs, repeated.logprobs)]
+    assert max(differences) < 0.1, differences  # an unseeded (stale) slot: 0.72 here, and another answer
