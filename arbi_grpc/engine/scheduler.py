@@ -16,14 +16,16 @@ Lengths count tokens still in flight on the device (`Sequence.num_tokens`): with
 step is planned before the host has read the previous one's tokens. A sequence whose in-flight token is its
 last allowed output is not scheduled again.
 
-Tail slots: every running sequence holds one (`Sequence.tail_slot`, where a TKV cache keeps its own block exact),
+Tail slots: every running sequence holds one (`Sequence.tail_slot`, where a TKV cache keeps its last blocks exact),
 acquired at admission and kept while it runs; two running sequences never share one. A slot goes back when its
 sequence is preempted or finished, or as soon as a step is planned while the sequence's last allowed token is in
 flight: such a sequence is never scheduled again (it ends when that token is read), so its slot is free for an
 admission in this very step. A batch slot is thus a held tail slot, and with as many tail slots as `max_running`
 an admission is never refused for lack of one while batch slots are free. Reusing a slot whose last writer is
 still in flight is safe: the later step writes it after, in the device's queue. The pool is sized from
-`max_running` at construction; the admin API refuses to raise the limit above it later (`ModelHost`).
+`max_running` at construction; the admin API refuses to raise the limit above it later (`ModelHost`). A sequence
+(re)admitted with a prefix hit says so on its first chunk (`num_reused_blocks`): a TKV cache whose exact window
+spans more than one block seeds the reused blocks in it into the new slot (`ModelRunner`).
 """
 
 from __future__ import annotations
