@@ -1,5 +1,6 @@
 """The tail slots of the KV cache: one per running sequence, where a TKV cache keeps the sequence's last
-`exact_blocks` blocks exact (a ring). The scheduler hands them out; other caches ignore them but the engine assigns them all the same.
+`exact_blocks` blocks exact (a ring). The scheduler hands them out; other caches ignore them but the engine
+assigns them all the same.
 """
 
 from __future__ import annotations
