@@ -214,7 +214,10 @@ def test_a_two_block_exact_window_reuses_prefixes_on_smollm2(smollm2_dir: Path, 
     from arbi_grpc.engine.offline import generate as generate_offline
     from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
     from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
-    from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
+    from arbi_grpc.models.attention_selection import (
+        build_kv_cache,
+        select_attention_backend,
+    )
     from arbi_grpc.models.loader import load_model
     from arbi_grpc.serving import assemble_engine, build_runner
     from arbi_grpc.text.tokenizer import TextTokenizer

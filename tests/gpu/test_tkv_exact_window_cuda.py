@@ -25,7 +25,13 @@ from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import reference_hf_config
-from tests.gpu.engine_pair import build_engine, greedy_requests, on_device, rescore_on_cpu, worst_logprob_gap
+from tests.gpu.engine_pair import (
+    build_engine,
+    greedy_requests,
+    on_device,
+    rescore_on_cpu,
+    worst_logprob_gap,
+)
 from tests.unit.models.paged_harness import PagedStepRunner
 
 TOLERANCE = 0.05  # the GPU TKV engine's bound against the CPU reference (test_tkv_engine_cuda.py says why)
@@ -38,9 +44,9 @@ def _setup(exact_blocks: int, enable_prefix_cache: bool):
     config = ModelConfig.from_hf_config(hf)
     calibration = TkvCalibration.uniform("random", TkvSpec(4, 4, 32, 1), config.num_layers, config.num_kv_heads,
                                          config.head_dim)
-    common = dict(max_model_len=1024, max_step_tokens=160, max_prefill_chunk_tokens=64, kv_cache_memory_mib=256,
-                  kv_cache_dtype="tkv", kv_calibration="random", kv_exact_blocks=exact_blocks,
-                  enable_prefix_cache=enable_prefix_cache, block_size=BLOCK_SIZE)
+    common = {"max_model_len": 1024, "max_step_tokens": 160, "max_prefill_chunk_tokens": 64,
+              "kv_cache_memory_mib": 256, "kv_cache_dtype": "tkv", "kv_calibration": "random",
+              "kv_exact_blocks": exact_blocks, "enable_prefix_cache": enable_prefix_cache, "block_size": BLOCK_SIZE}
     cpu_config = EngineConfig(device="cpu", attention_backend="torch", max_running_requests=16, **common)
     gpu_config = EngineConfig(device="cuda", dtype="float32", attention_backend="triton", max_running_requests=4,
                               cuda_graph_max_batch=4, **common)
