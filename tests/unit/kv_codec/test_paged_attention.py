@@ -131,7 +131,7 @@ def _reference(calibration: TkvCalibration, layer: int, block_size: int, query, 
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("block_size,exact_blocks", [(4, 1), (16, 1), (4, 2), (4, 3), (8, 2)])
+@pytest.mark.parametrize("block_size,exact_blocks", [(4, 1), (16, 1), (4, 2), (4, 3)])
 @pytest.mark.parametrize("sink_tokens", [0, 1, 3])
 def test_chunked_ragged_batches_match_the_codec_reference(block_size, exact_blocks, sink_tokens, generator):
     rng = random.Random(int(torch.randint(2**31, (1,), generator=generator)))
