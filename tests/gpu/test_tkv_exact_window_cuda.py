@@ -23,6 +23,7 @@ from arbi_grpc.kv_codec.spec import TkvSpec
 from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import reference_hf_config
 from tests.gpu.engine_pair import (
@@ -118,3 +119,33 @@ def test_a_prefix_hit_on_the_gpu_reads_its_seeded_window_blocks_decoded(exact_bl
         assert worst < TOLERANCE, worst
     finally:
         gpu_engine.shutdown()
+
+
+def test_seeding_a_tail_slot_waits_for_nothing_on_the_host() -> None:
+    """The runner seeds in the launch path, which never waits for the device (test_launch_without_host_waits.py)."""
+    hf = reference_hf_config("smollm2-135m")
+    hf.update(num_hidden_layers=2)
+    config = ModelConfig.from_hf_config(hf)
+    calibration = TkvCalibration.uniform("random", TkvSpec(4, 4, 32, 1), config.num_layers, config.num_kv_heads,
+                                         config.head_dim)
+    cache = TkvPagedKVCache(calibration, num_blocks=8, block_size=BLOCK_SIZE, device="cuda", num_tail_slots=2,
+                            exact_blocks=4)
+    for layer in range(config.num_layers):
+        storage = cache.layer(layer)
+        for tensor in (storage.key_codes, storage.value_codes):
+            tensor.random_(0, 256)
+        for tensor in (storage.key_scale, storage.key_zero, storage.value_scale, storage.value_zero):
+            tensor.uniform_(0.01, 1.0)
+    block_ids = tensor_on_device_no_sync([3, 5, 1], torch.int64, "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        cache.seed_tail(1, block_ids, first_block_index=2)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    for layer in range(config.num_layers):
+        storage = cache.layer(layer)
+        keys, _ = storage.decoded_blocks(block_ids)
+        ring_blocks = storage.key_tail[1].view(4, BLOCK_SIZE, *storage.key_tail.shape[2:])
+        assert torch.equal(ring_blocks[[2, 3, 0]], keys.half())  # blocks 2, 3, 4 of the sequence
+        assert not ring_blocks[1].any() and not storage.key_tail[0].any()
