@@ -6,17 +6,21 @@ the CPU. Every K/V that attention reads went through the storage being measured.
   window), ppl = exp(mean loss).
   The change against fp32 comes with the standard error of the paired per-token loss difference: calibrations
   whose deltas differ by less than about two of those are not told apart by these 6,132 tokens.
-- Greedy agreement: 20 chat prompts, 32 greedy tokens each; the share of generations identical to those of the
-  `--greedy-reference` setting (fp32 unless told). Where a generation departs from the reference's, the reference's
-  own margin there (its top-1 minus top-2 log-probability) says whether the departure was a near-tie, and whether
-  the token taken was the reference's second choice.
+- Greedy agreement, 32 greedy tokens per prompt, on two prompt sets: `chat` (20 short chat prompts, about 40
+  tokens with the template) and `long` (20 wikitext continuations: the 480 tokens before each of the 20 windows
+  that follow the perplexity windows, so that most of the context is coded even with a wide exact window). The
+  share of generations identical to those of the `--greedy-reference` setting (fp32 unless told). Where a
+  generation departs from the reference's, the reference's own margin there (its top-1 minus top-2
+  log-probability) says whether the departure was a near-tie, and whether the token taken was the reference's
+  second choice.
 
 Settings: `fp32` (float32 KV), `bf16` (bfloat16 KV), `KxVy` (TKV with --kv-bits x/y over the bundle's scales),
-`bundle` (TKV with the bundle's own per-layer bits); `SETTING@DIR` takes another bundle for that setting. Weights
-are float32 in every setting, so only the KV storage differs.
+`bundle` (TKV with the bundle's own per-layer bits); a TKV setting may end in `-exactN` (`K4V4-exact1`: an
+exact window of N blocks, --kv-exact-blocks N; the engine's default otherwise); `SETTING@DIR` takes another
+bundle for that setting. Weights are float32 in every setting, so only the KV storage differs.
 
-    python -m arbi_grpc.benchmarks.tkv_perplexity --bundle DIR --settings fp32 K8V8 K4V4 K3V3@DIR3 \\
-        --greedy-settings K4V4 --out bench-results/tkv_perplexity.json
+    python -m arbi_grpc.benchmarks.tkv_perplexity --bundle DIR --settings fp32 K8V8 K4V4 K4V4-exact1 K3V3@DIR3 \\
+        --greedy-settings K4V4 K4V4-exact1 --out bench-results/tkv_perplexity.json
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ WINDOW_TOKENS = 512
 NUM_WINDOWS = 12
 DEFAULT_WIKITEXT = Path("../shared/data/wikitext-2/wiki.test.raw")
 GREEDY_TOKENS = 32
+LONG_PROMPT_TOKENS = 480
+GREEDY_SETS = ("chat", "long")
 GREEDY_PROMPTS = (
     "What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
     "Write a haiku about the sea.", "What is 12 times 7?", "Explain photosynthesis in one sentence.",
@@ -52,7 +58,7 @@ GREEDY_PROMPTS = (
     "What is the opposite of cold?", "How do bees make honey?", "Recommend a healthy breakfast.",
     "What language is spoken in Brazil?",
 )
-_TKV_BITS = re.compile(r"K([2-8])V([2-8])")
+_TKV_SETTING = re.compile(r"(?:K([2-8])V([2-8])|bundle)(?:-exact([1-9][0-9]*))?")
 PLAIN_KV_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
@@ -64,27 +70,29 @@ class Setting:
     kv_cache_dtype: str
     kv_bits: str = ""
     kv_calibration: str = ""
+    kv_exact_blocks: int | None = None  # None: the engine's default
 
     @classmethod
     def parse(cls, text: str, default_bundle: Path | None) -> Setting:
         name, _, bundle = text.partition("@")
         if name in PLAIN_KV_DTYPES:
             return cls(text, PLAIN_KV_DTYPES[name])
+        match = _TKV_SETTING.fullmatch(name)
+        if match is None:
+            raise SystemExit(f"setting {text!r}: expected fp32, bf16, bundle or KxVy (like K4V4), optionally "
+                             "-exactN, optionally @DIR")
         bundle_dir = bundle or (str(default_bundle) if default_bundle else "")
         if not bundle_dir:
             raise SystemExit(f"setting {text!r} needs a calibration bundle: --bundle DIR or {name}@DIR")
-        if name == "bundle":
-            return cls(text, "tkv", "", bundle_dir)
-        match = _TKV_BITS.fullmatch(name)
-        if match is None:
-            raise SystemExit(f"setting {text!r}: expected fp32, bf16, bundle or KxVy (like K4V4), optionally @DIR")
-        return cls(text, "tkv", f"{match[1]}/{match[2]}", bundle_dir)
+        bits = f"{match[1]}/{match[2]}" if match[1] else ""
+        return cls(text, "tkv", bits, bundle_dir, int(match[3]) if match[3] else None)
 
     def engine_config(self, model: str, device: str) -> EngineConfig:
         """fp32 weights on `device` (its default attention backend: torch on cpu, triton on cuda)."""
+        window = {} if self.kv_exact_blocks is None else {"kv_exact_blocks": self.kv_exact_blocks}
         return EngineConfig(model=model, device=device, dtype="float32", kv_cache_dtype=self.kv_cache_dtype,
                             kv_bits=self.kv_bits, kv_calibration=self.kv_calibration, enable_prefix_cache=False,
-                            kv_cache_memory_mib=256)
+                            kv_cache_memory_mib=256, **window)
 
 
 def run_request(engine: Engine, request: GenerationRequest) -> list[RequestOutput]:
@@ -101,12 +109,12 @@ def run_request(engine: Engine, request: GenerationRequest) -> list[RequestOutpu
             return collected
 
 
-def wikitext_windows(served: ServedModel, wikitext: Path, count: int = NUM_WINDOWS) -> list[list[int]]:
-    """The first `count` consecutive 512-token windows of the file tokenized whole, no special tokens."""
+def wikitext_windows(served: ServedModel, wikitext: Path, count: int = NUM_WINDOWS, first: int = 0) -> list[list[int]]:
+    """`count` consecutive 512-token windows of the file tokenized whole (no special tokens), from window `first`."""
     ids = served.inputs.tokenizer.encode(wikitext.read_text(encoding="utf-8"), add_special_tokens=False)
-    if len(ids) < count * WINDOW_TOKENS:
-        raise SystemExit(f"{wikitext} has {len(ids)} tokens, fewer than {count} windows of {WINDOW_TOKENS}")
-    return [ids[i * WINDOW_TOKENS : (i + 1) * WINDOW_TOKENS] for i in range(count)]
+    if len(ids) < (first + count) * WINDOW_TOKENS:
+        raise SystemExit(f"{wikitext} has {len(ids)} tokens, fewer than {first + count} windows of {WINDOW_TOKENS}")
+    return [ids[i * WINDOW_TOKENS : (i + 1) * WINDOW_TOKENS] for i in range(first, first + count)]
 
 
 def window_losses(engine: Engine, window: list[int], request_id: str) -> list[float]:
@@ -145,14 +153,22 @@ class GreedyToken:
     margin: float
 
 
-def greedy_generations(served: ServedModel, prompts: tuple[str, ...] = GREEDY_PROMPTS) -> list[list[GreedyToken]]:
-    """GREEDY_TOKENS greedy tokens (EOS ignored) for each chat prompt, with their runners-up."""
-    template = served.inputs.chat_template
+def greedy_prompts(served: ServedModel, prompt_set: str, wikitext: Path) -> list[tuple[int, ...]]:
+    """The token ids of one greedy prompt set (see the module docstring)."""
+    if prompt_set == "chat":
+        template = served.inputs.chat_template
+        return [tuple(template.encode([{"role": "user", "content": prompt}])) for prompt in GREEDY_PROMPTS]
+    windows = wikitext_windows(served, wikitext, len(GREEDY_PROMPTS), first=NUM_WINDOWS)
+    return [tuple(window[:LONG_PROMPT_TOKENS]) for window in windows]
+
+
+def greedy_generations(served: ServedModel, prompts: list[tuple[int, ...]]) -> list[list[GreedyToken]]:
+    """GREEDY_TOKENS greedy tokens (EOS ignored) for each prompt, with their runners-up."""
     generations = []
     for index, prompt in enumerate(prompts):
         request = GenerationRequest(
             request_id=f"greedy-{index}",
-            prompt_token_ids=tuple(template.encode([{"role": "user", "content": prompt}])),
+            prompt_token_ids=prompt,
             sampling=SamplingParams(temperature=0.0, logprobs_count=2),
             stopping=StoppingParams(max_output_tokens=GREEDY_TOKENS, ignore_eos=True),
         )
@@ -175,7 +191,8 @@ def departures(generations: list[list[GreedyToken]], reference: list[list[Greedy
     return found
 
 
-def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windows: int, greedy: bool) -> dict:
+def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windows: int,
+            greedy_sets: tuple[str, ...]) -> dict:
     started = time.perf_counter()
     served = build_served_model(setting.engine_config(model, device))
     try:
@@ -188,8 +205,11 @@ def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windo
         losses = token_losses(served.engine, wikitext_windows(served, wikitext, num_windows)) if num_windows else None
         row["ppl"] = math.exp(statistics.fmean(losses)) if losses else None
         row["losses"] = losses
-        if greedy:
-            row["greedy"] = [[astuple(t) for t in tokens] for tokens in greedy_generations(served)]
+        row["greedy"] = {
+            prompt_set: [[astuple(t) for t in tokens]
+                         for tokens in greedy_generations(served, greedy_prompts(served, prompt_set, wikitext))]
+            for prompt_set in greedy_sets
+        }
     finally:
         served.engine.shutdown()
     row["seconds"] = round(time.perf_counter() - started, 1)
@@ -199,6 +219,20 @@ def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windo
 def _common_prefix(first: tuple[int, ...], second: tuple[int, ...]) -> int:
     """How many leading tokens two generations share."""
     return next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
+
+
+def agreement(row: dict, reference: dict, prompt_set: str) -> dict:
+    """How `row`'s greedy generations of one prompt set compare with the reference's."""
+    generations = [[GreedyToken(*t) for t in tokens] for tokens in row["greedy"][prompt_set]]
+    expected = [[GreedyToken(*t) for t in tokens] for tokens in reference["greedy"][prompt_set]]
+    ids = [tuple(t.token_id for t in tokens) for tokens in generations]
+    expected_ids = [tuple(t.token_id for t in tokens) for tokens in expected]
+    return {
+        "identical": sum(a == b for a, b in zip(ids, expected_ids, strict=True)),
+        "prompts": len(expected_ids),
+        "mean_common_prefix_tokens": statistics.mean(_common_prefix(a, b) for a, b in zip(ids, expected_ids)),
+        "departures": departures(generations, expected),
+    }
 
 
 def main() -> None:
@@ -211,44 +245,47 @@ def main() -> None:
     parser.add_argument("--greedy-settings", nargs="*", default=["K4V4"],
                         help="settings whose greedy generations are compared with the reference's")
     parser.add_argument("--greedy-reference", default="fp32", help="the setting greedy generations are compared with")
+    parser.add_argument("--greedy-sets", nargs="+", choices=GREEDY_SETS, default=list(GREEDY_SETS),
+                        help="greedy prompt sets (see above)")
     parser.add_argument("--windows", type=int, default=NUM_WINDOWS, help="wikitext windows to score (0: none)")
     parser.add_argument("--out", type=Path, default=Path("bench-results/tkv_perplexity.json"))
     args = parser.parse_args()
     settings = [Setting.parse(text, args.bundle) for text in args.settings]
     greedy_names = set(args.greedy_settings) | ({args.greedy_reference} if args.greedy_settings else set())
-    rows = [measure(s, args.model, args.device, args.wikitext, args.windows, s.name in greedy_names) for s in settings]
+    greedy_sets = tuple(args.greedy_sets)
+    rows = [measure(s, args.model, args.device, args.wikitext, args.windows,
+                    greedy_sets if s.name in greedy_names else ()) for s in settings]
     reference = next((row for row in rows if row["setting"] == "fp32"), None)
     greedy_reference = next((row for row in rows if row["setting"] == args.greedy_reference), None)
-    print(f"| setting | KV storage | bytes/block | ppl | vs fp32 | greedy = {args.greedy_reference} | "
-          "tokens before divergence |\n|---|---|---|---|---|---|---|")
+    set_columns = "".join(f" greedy = {args.greedy_reference} ({name}) | tokens before divergence ({name}) |"
+                          for name in greedy_sets)
+    print(f"| setting | KV storage | bytes/block | ppl | vs fp32 |{set_columns}\n"
+          f"|---|---|---|---|---|{'---|---|' * len(greedy_sets)}")
     for row in rows:
-        ppl, delta, agreement, prefix = "", "", "", ""
+        ppl, delta = "", ""
         if row["ppl"] is not None:
             ppl = f"{row['ppl']:.3f}"
             if reference is not None and reference["ppl"] is not None:
                 change, error = paired_delta(row["losses"], reference["losses"])
                 row["change_vs_fp32"], row["change_standard_error"] = change, error
                 delta = f"{100 * change:+.2f}% ± {100 * error:.2f}"
-        if greedy_reference is not None and "greedy" in row and "greedy" in greedy_reference:
-            generations = [[GreedyToken(*t) for t in tokens] for tokens in row["greedy"]]
-            reference_generations = [[GreedyToken(*t) for t in tokens] for tokens in greedy_reference["greedy"]]
-            ids = [tuple(t.token_id for t in tokens) for tokens in generations]
-            reference_ids = [tuple(t.token_id for t in tokens) for tokens in reference_generations]
-            same = sum(a == b for a, b in zip(ids, reference_ids))
-            row["greedy_agreement"] = same / len(reference_ids)
-            row["mean_common_prefix_tokens"] = statistics.mean(_common_prefix(a, b) for a, b in zip(ids, reference_ids))
-            row["departures"] = departures(generations, reference_generations)
-            agreement = f"{same}/{len(reference_ids)}"
-            prefix = f"{row['mean_common_prefix_tokens']:.1f} of {GREEDY_TOKENS}"
-        print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {ppl} | {delta} | {agreement} | "
-              f"{prefix} |")
+        cells = ""
+        for prompt_set in greedy_sets:
+            if greedy_reference is None or prompt_set not in row["greedy"]:
+                cells += "  |  |"
+                continue
+            found = row.setdefault("greedy_agreement", {})[prompt_set] = agreement(row, greedy_reference, prompt_set)
+            cells += (f" {found['identical']}/{found['prompts']} | {found['mean_common_prefix_tokens']:.1f} of "
+                      f"{GREEDY_TOKENS} |")
+        print(f"| {row['setting']} | {row['kv_codec']} | {row['kv_block_bytes']:,} | {ppl} | {delta} |{cells}")
     for row in rows:
-        if row.get("departures"):
-            margins = sorted(margin for margin, _ in row["departures"])
-            runner_up = sum(took for _, took in row["departures"])
-            print(f"{row['setting']}: {len(margins)} departures from {args.greedy_reference}, where its own margin was "
-                  f"{statistics.median(margins):.3f} nats at the median and {margins[-1]:.3f} at most; "
-                  f"{runner_up} took its runner-up")
+        for prompt_set, found in row.get("greedy_agreement", {}).items():
+            if found["departures"]:
+                margins = sorted(margin for margin, _ in found["departures"])
+                runner_up = sum(took for _, took in found["departures"])
+                print(f"{row['setting']} ({prompt_set}): {len(margins)} departures from {args.greedy_reference}, where "
+                      f"its own margin was {statistics.median(margins):.3f} nats at the median and {margins[-1]:.3f} "
+                      f"at most; {runner_up} took its runner-up")
     for row in rows:
         del row["losses"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
