@@ -27,7 +27,7 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     bit_positions = torch.arange(bits, device=codes.device, dtype=torch.uint8)
     stream = (codes.unsqueeze(-1) >> bit_positions) & 1  # stream: [..., N, bits], LSB first
     stream = stream.reshape(*codes.shape[:-1], width, 8)  # [..., bytes, 8 bits]
-    byte_weights = torch.tensor([1 << i for i in range(8)], device=codes.device, dtype=torch.int32)
+    byte_weights = _powers_of_two(8, codes.device)
     return (stream.to(torch.int32) * byte_weights).sum(dim=-1).to(torch.uint8)
 
 
@@ -42,5 +42,11 @@ def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
     bit_positions = torch.arange(8, device=packed.device, dtype=torch.uint8)
     stream = (packed.unsqueeze(-1) >> bit_positions) & 1  # stream: [..., M, 8]
     stream = stream.reshape(*packed.shape[:-1], width * 8 // bits, bits)  # [..., N, bits]
-    code_weights = torch.tensor([1 << i for i in range(bits)], device=packed.device, dtype=torch.int32)
+    code_weights = _powers_of_two(bits, packed.device)
     return (stream.to(torch.int32) * code_weights).sum(dim=-1).to(torch.uint8)
+
+
+def _powers_of_two(count: int, device: torch.device) -> torch.Tensor:
+    """int32 [1, 2, 4, ..., 2**(count-1)] made on `device` itself: no host-to-device copy, so a CUDA caller (tail
+    seeding before a step) never waits for the host."""
+    return torch.ones(count, device=device, dtype=torch.int32) << torch.arange(count, device=device, dtype=torch.int32)
