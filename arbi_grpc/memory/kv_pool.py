@@ -105,7 +105,7 @@ class _PoolSizing:
 
         calibration = _require_calibration(tkv_calibration)
         return cls(bytes_per_block, TkvPagedKVCache.sink_row_bytes_for(calibration),
-                   TkvPagedKVCache.tail_slot_bytes_for(calibration, config.block_size, config.kv_exact_blocks),
+                   TkvPagedKVCache.tail_slot_bytes_for(calibration, config.block_size, config.kv_exact_window_blocks),
                    config.max_running_requests)
 
     def num_sink_blocks(self, num_blocks: int) -> int | None:

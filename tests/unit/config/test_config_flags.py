@@ -48,22 +48,24 @@ def test_auto_settings_resolve_per_device() -> None:
 
 def test_kv_exact_blocks_is_a_tkv_window_of_one_to_sixteen_blocks_within_one_kernel_tile() -> None:
     tkv = {"kv_cache_dtype": "tkv", "kv_calibration": "bundle-dir"}
-    assert EngineConfig(**tkv).kv_exact_blocks == 1
+    assert EngineConfig(**tkv).kv_exact_window_blocks == 4  # 0: the newest 64 tokens
+    assert [EngineConfig(**tkv, block_size=size).kv_exact_window_blocks for size in (8, 32, 64, 128)] == [8, 2, 1, 1]
     config = resolve(EngineConfig, _parse(["--kv-exact-blocks", "4", "--kv-cache-dtype", "tkv",
                                            "--kv-calibration", "bundle-dir"]), environ={"ARBI_KV_EXACT_BLOCKS": "2"})
     assert config.kv_exact_blocks == 4
     assert EngineConfig(**tkv, kv_exact_blocks=16).kv_exact_blocks == 16  # 16 x 16 tokens: one tile of 256
     refusals = [
-        ({**tkv, "kv_exact_blocks": 0}, "must be in [1, 16], got 0"),
+        ({**tkv, "kv_exact_blocks": -1}, "must be 0 (the blocks of the newest 64 tokens) or in [1, 16], got -1"),
         ({**tkv, "kv_exact_blocks": 17}, "must be in [1, 16], got 17"),
         ({**tkv, "kv_exact_blocks": 5, "block_size": 64}, "window of 320 tokens, more than the 256"),
         ({"kv_cache_dtype": "bfloat16", "kv_exact_blocks": 2}, "applies to --kv-cache-dtype tkv only"),
+        ({**tkv, "block_size": 512}, "window of 512 tokens, more than the 256"),
     ]
     for settings, words in refusals:
         with pytest.raises(InvalidArgumentError) as refused:
             EngineConfig(**settings)
         assert refused.value.field == "kv_exact_blocks" and words in refused.value.description
-    assert EngineConfig(kv_cache_dtype="bfloat16", block_size=512).kv_exact_blocks == 1  # no window to check
+    assert EngineConfig(kv_cache_dtype="bfloat16", block_size=512).kv_exact_blocks == 0  # no window to check
 
 
 def test_the_window_limit_is_the_kernels_tile() -> None:

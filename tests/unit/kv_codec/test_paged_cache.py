@@ -184,7 +184,8 @@ def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():
     calibration = TkvCalibration.uniform(
         "tkvfp1:test", TkvSpec(4, 3, 16, 1), model.num_layers, model.num_kv_heads, model.head_dim
     )
-    config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=8)
+    config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=8,
+                          kv_exact_blocks=1)
     pool = plan_kv_pool(config, model, calibration)
     cache = build_kv_cache(config, model, pool.num_blocks, calibration)
     allocated = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)

@@ -65,7 +65,7 @@ def test_sink_rows_are_one_block_in_eight_but_cover_a_full_running_batch(num_blo
     assert num_sink_blocks(num_blocks, max_running) == expected
 
 
-@pytest.mark.parametrize("budget_mib,max_running", [(1, 4), (3, 64), (7, 1)])
+@pytest.mark.parametrize("budget_mib,max_running", [(1, 4), (12, 64), (7, 1)])
 def test_a_tkv_pool_is_the_most_blocks_whose_blocks_sink_rows_and_tail_slots_fit_the_budget(
         budget_mib, max_running) -> None:
     model = model_config(num_hidden_layers=4, hidden_size=256)  # head_dim 64
@@ -73,14 +73,15 @@ def test_a_tkv_pool_is_the_most_blocks_whose_blocks_sink_rows_and_tail_slots_fit
     config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=budget_mib,
                           block_size=16, max_running_requests=max_running)
     pool = plan_kv_pool(config, model, calibration)
+    window = config.kv_exact_window_blocks
     assert pool.num_sink_blocks == num_sink_blocks(pool.num_blocks, max_running)
     assert pool.num_tail_slots == max_running
-    assert pool.tail_bytes == max_running * TkvPagedKVCache.tail_slot_bytes_for(calibration, 16) > 0
+    assert pool.tail_bytes == max_running * TkvPagedKVCache.tail_slot_bytes_for(calibration, 16, window) > 0
     assert pool.num_bytes == TkvPagedKVCache.num_bytes_for(
-        calibration, 16, pool.num_blocks, pool.num_sink_blocks, max_running)
+        calibration, 16, pool.num_blocks, pool.num_sink_blocks, max_running, window)
     one_more = pool.num_blocks + 1
     assert pool.num_bytes <= budget_mib << 20 < TkvPagedKVCache.num_bytes_for(
-        calibration, 16, one_more, num_sink_blocks(one_more, max_running), max_running)
+        calibration, 16, one_more, num_sink_blocks(one_more, max_running), max_running, window)
     assert f"{pool.num_sink_blocks} sink rows" in pool.detail
     assert f"{max_running} tail slots" in pool.detail
 
@@ -92,7 +93,8 @@ def test_a_tkv_plan_counts_the_bytes_the_allocated_cache_holds() -> None:
                           max_running_requests=3)
     pool = plan_kv_pool(config, model, calibration)
     cache = TkvPagedKVCache(calibration, num_blocks=pool.num_blocks, block_size=16, device="cpu",
-                            num_sink_blocks=pool.num_sink_blocks, num_tail_slots=pool.num_tail_slots)
+                            num_sink_blocks=pool.num_sink_blocks, num_tail_slots=pool.num_tail_slots,
+                            exact_blocks=config.kv_exact_window_blocks)
     assert pool.num_bytes == sum(t.numel() * t.element_size() for t in (*cache.key_caches, *cache.value_caches))
 
 
@@ -129,9 +131,10 @@ def test_k4v4_g32_holds_over_3_1_times_the_tokens_of_bf16_at_equal_memory(shape:
 
 @pytest.mark.parametrize("shape", ["smollm2-135m", "llama3-8b"])
 def test_tail_slots_take_their_bytes_off_the_blocks(shape: str) -> None:
-    # 63 more running sequences cost 63 more tail slots (fp16 blocks): at Llama-3-8B's shape 2 MiB each, so 64
-    # running sequences leave 3.07x instead of 3.12x of bf16's tokens in 8 GiB.
+    # 63 more running sequences cost 63 more tail slots (the default window: 4 fp16 blocks): at Llama-3-8B's shape
+    # 8 MiB each, so 64 running sequences leave 2.93x instead of 3.12x of bf16's tokens in 8 GiB.
     model = model_config_for_shape(shape)
-    tail_share = 63 * TkvPagedKVCache.tail_slot_bytes_for(_tkv_calibration(model, 4, 4), 16) / (BUDGET_MIB << 20)
+    window = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", block_size=16).kv_exact_window_blocks
+    tail_share = 63 * TkvPagedKVCache.tail_slot_bytes_for(_tkv_calibration(model, 4, 4), 16, window) / (BUDGET_MIB << 20)
     assert _capacity_vs_bf16(shape, 4, 4, max_running=64) == pytest.approx(
         _capacity_vs_bf16(shape, 4, 4) * (1 - tail_share), rel=1e-3)
