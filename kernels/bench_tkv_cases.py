@@ -255,6 +255,9 @@ def transform_cases(num_tokens: int, generator: torch.Generator) -> list[BenchCa
     ]
 
 
+ENGINE_EXACT_BLOCKS = 4  # the engine's default exact window at page 16 (EngineConfig.kv_exact_window_blocks)
+
+
 def llama_tkv(key_bits: int = 4, value_bits: int = 4) -> TkvShape:
     return TkvShape(LLAMA.num_heads, LLAMA.num_kv_heads, LLAMA.head_dim, LLAMA.page_size, key_bits, value_bits,
-                    group_size=32, sink_tokens=1)
+                    group_size=32, sink_tokens=1, exact_blocks=ENGINE_EXACT_BLOCKS)
