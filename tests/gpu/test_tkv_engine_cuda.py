@@ -60,8 +60,12 @@ def _calibration(config: ModelConfig) -> TkvCalibration:
 def test_gpu_tkv_generation_rescored_by_the_cpu_tkv_engine(head_dim: int, graph_batch: int) -> None:
     config = _shape(head_dim)
     calibration = _calibration(config)
+    # One exact block: a prefix hit then changes no number, so the CPU's own schedule of hits re-scores what the
+    # GPU generated. With a wider window a hit reads the window's reused blocks decoded (docs/tkv.md, "Exact
+    # window"); test_tkv_exact_window_cuda.py compares that on both devices under the same schedule.
     common = dict(max_model_len=1024, max_running_requests=16, max_step_tokens=160, max_prefill_chunk_tokens=128,
-                  enable_prefix_cache=True, kv_cache_memory_mib=256, kv_cache_dtype="tkv", kv_calibration="random")
+                  enable_prefix_cache=True, kv_cache_memory_mib=256, kv_cache_dtype="tkv", kv_calibration="random",
+                  kv_exact_blocks=1)
     cpu_config = EngineConfig(device="cpu", attention_backend="torch", **common)
     gpu_config = EngineConfig(device="cuda", dtype="float32", attention_backend="triton",
                               cuda_graph_max_batch=graph_batch, **common)
