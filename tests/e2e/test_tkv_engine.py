@@ -105,19 +105,19 @@ def test_server_info_and_memory_report_name_the_setting(served_smollm2, tkv_serv
         with channel:
             info = admin.GetServerInfo(admin_pb.GetServerInfoRequest(), metadata=metadata)
             reports[name] = (info.kv_codec, admin.GetMemoryReport(admin_pb.GetMemoryReportRequest(), metadata=metadata))
-    assert reports["fp32"][0] == "none" and reports["tkv"][0] == "tkv K8V8 G32 sink1"
+    assert reports["fp32"][0] == "none" and reports["tkv"][0] == "tkv K8V8 G32 sink1 exact4"
     fp32, tkv = reports["fp32"][1], reports["tkv"][1]
     assert fp32.kv_bytes_per_token_per_layer == 2 * 3 * 64 * 4  # K and V, 3 kv heads, head_dim 64, float32
     assert fp32.kv_cache_bytes == fp32.kv_block_count * fp32.kv_block_bytes
     # 16 tokens x 30 layers x 3 heads x (2 x 64 code bytes + 2 x 2 groups x 4 bytes); apart from the blocks, one
     # fp16 sink token's K and V (30 layers, 3 heads, head_dim 64) for each block that may start a sequence, and a
-    # tail slot of 16 such tokens for each request that may run
+    # tail slot of the exact window's 64 such tokens (4 blocks, the default) for each request that may run
     assert tkv.kv_block_bytes == 16 * 30 * 3 * (2 * 64 + 2 * 2 * 4)
     sink_rows = num_sink_blocks(tkv.kv_block_count, tkv_server.served.config.max_running_requests)
     assert sink_rows < tkv.kv_block_count
-    tail_slots = tkv_server.served.config.max_running_requests  # one fp16 block of K and V per running request
+    tail_slots = tkv_server.served.config.max_running_requests
     assert tkv.kv_cache_bytes == (tkv.kv_block_count * tkv.kv_block_bytes + sink_rows * 30 * 3 * 64 * 2 * 2
-                                  + tail_slots * 30 * 16 * 3 * 64 * 2 * 2)
+                                  + tail_slots * 30 * 64 * 3 * 64 * 2 * 2)
     for report in (fp32, tkv):
         assert report.kv_capacity_token_count == report.kv_block_count * report.kv_block_tokens
         assert report.kv_bytes_per_token_per_layer == report.kv_cache_bytes / (report.kv_capacity_token_count * 30)
@@ -153,7 +153,7 @@ def test_a_bad_reload_is_refused_and_the_old_bundle_keeps_serving(tkv_server, bu
         _reload(tkv_server, path, kv_bits)
     assert refused.value.code() == code
     assert all(word in refused.value.details() for word in words), refused.value.details()
-    assert _kv_codec(tkv_server) == "tkv K8V8 G32 sink1"
+    assert _kv_codec(tkv_server) == "tkv K8V8 G32 sink1 exact4"
     channel, stub = stub_for(tkv_server.target)
     with channel:
         assert "Paris" in generate(stub, chat_request("What is the capital of France?")).text
@@ -168,14 +168,14 @@ def test_reload_swaps_the_bits_flushes_the_prefix_cache_and_serves(tkv_server, b
         assert engine.stats().num_cached_blocks > 0
         sink_rows = engine.runner.kv_cache.num_sink_blocks
         reloaded = _reload(tkv_server, str(bundles["k4v3"]))
-        assert (reloaded.kv_codec, reloaded.cancelled_request_count) == ("tkv K4V3 G32 sink1", 0)
+        assert (reloaded.kv_codec, reloaded.cancelled_request_count) == ("tkv K4V3 G32 sink1 exact4", 0)
         assert reloaded.flushed_block_count > 0 and engine.stats().num_cached_blocks == 0
-        assert _kv_codec(tkv_server) == "tkv K4V3 G32 sink1"
+        assert _kv_codec(tkv_server) == "tkv K4V3 G32 sink1 exact4"
         assert engine.runner.kv_cache.bytes_per_block == 30 * 16 * 3 * (32 + 24 + 2 * 2 * 4)
         assert engine.runner.kv_cache.num_sink_blocks == sink_rows == engine.scheduler.kv.blocks.pool.num_sink_blocks
         # Uncalibrated K4V3 still speaks (its quality is the benchmark's business, not this test's).
         assert len(generate(stub, chat_request("What is the capital of France?", max_output_tokens=8)).token_ids) == 8
-        assert _reload(tkv_server, str(bundles["k4v3"]), kv_bits="8").kv_codec == "tkv K8V8 G32 sink1"
+        assert _reload(tkv_server, str(bundles["k4v3"]), kv_bits="8").kv_codec == "tkv K8V8 G32 sink1 exact4"
         after = generate(stub, chat_request("What is the capital of France?", max_output_tokens=8))
     assert after.token_ids == before.token_ids
     wait_for_idle_pool(engine)
