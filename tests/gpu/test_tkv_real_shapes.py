@@ -265,9 +265,25 @@ def test_prefill_chunks_from_mid_block_read_the_tail(head_dim, page_size, sink_t
 @pytest.mark.parametrize("page_size", [16, 32])
 def test_store_tkv_tail_matches_the_reference(page_size, device, generator):
     """Llama's 8 kv heads at D=128: decodes at every offset, chunks across boundaries, padding rows."""
-    shape = TkvShape(8, 8, 128, page_size, 4, 4)
     query_lens = [1] * page_size + [700, 3 * page_size, 0, 0]
     seq_lens = [page_size * 5 + offset + 1 for offset in range(page_size)] + [1000, 4 * page_size + 1, 0, 0]
+    _check_tail_store(TkvShape(8, 8, 128, page_size, 4, 4), query_lens, seq_lens, device, generator)
+
+
+@pytest.mark.parametrize("exact_blocks", [2, 4, 16])
+def test_store_tkv_tail_fills_the_window_ring(exact_blocks, device, generator):
+    """Llama's 8 kv heads at D=128, block 16, rings of E blocks: decodes at every offset, chunks across boundaries
+    and over more blocks than the window, padding rows; bit for bit against the reference over the whole pool."""
+    page_size = 16
+    query_lens = [1] * page_size + [700, 3 * page_size, (exact_blocks + 2) * page_size + 3, 0, 0]
+    seq_lens = ([page_size * 5 + offset + 1 for offset in range(page_size)]
+                + [1000, 4 * page_size + 1, (exact_blocks + 3) * page_size + 7, 0, 0])
+    _check_tail_store(TkvShape(8, 8, 128, page_size, 4, 4, exact_blocks=exact_blocks), query_lens, seq_lens, device,
+                      generator)
+
+
+def _check_tail_store(shape, query_lens, seq_lens, device, generator):
+    """store_tkv_tail over random exact K/V of a step equals its reference on every tail row of the pool."""
     num_slots = len(seq_lens) + 5
     layer = random_tkv_layer(shape, 1, device, generator, num_slots)
     tail_slots = torch.randperm(num_slots, generator=generator, device=device)[: len(seq_lens)].int()
@@ -326,29 +342,6 @@ def test_prefill_chunks_read_the_exact_window(exact_blocks, sink_tokens, tiles, 
     chunk_rows = sum(query_lens[:3])  # the prompts have nothing in the tail
     with pytest.raises(AssertionError):
         assert_tkv_close(coded[:chunk_rows], expected[:chunk_rows], torch.float16)
-
-
-@pytest.mark.parametrize("exact_blocks", [2, 4, 16])
-def test_store_tkv_tail_fills_the_window_ring(exact_blocks, device, generator):
-    """Llama's 8 kv heads at D=128, block 16, rings of E blocks: decodes at every offset, chunks across boundaries
-    and over more blocks than the window, padding rows; bit for bit against the reference over the whole pool."""
-    page_size = 16
-    shape = TkvShape(8, 8, 128, page_size, 4, 4, exact_blocks=exact_blocks)
-    query_lens = [1] * page_size + [700, 3 * page_size, (exact_blocks + 2) * page_size + 3, 0, 0]
-    seq_lens = ([page_size * 5 + offset + 1 for offset in range(page_size)]
-                + [1000, 4 * page_size + 1, (exact_blocks + 3) * page_size + 7, 0, 0])
-    num_slots = len(seq_lens) + 5
-    layer = random_tkv_layer(shape, 1, device, generator, num_slots)
-    tail_slots = torch.randperm(num_slots, generator=generator, device=device)[: len(seq_lens)].int()
-    key_exact, value_exact = (torch.randn((sum(query_lens), 8, 128), generator=generator, device=device).half()
-                              for _ in range(2))
-    query_start_loc = torch.tensor([0, *query_lens], device=device).cumsum(0).int()
-    seq_lens_tensor = torch.tensor(seq_lens, dtype=torch.int32, device=device)
-    expected = dataclasses.replace(layer, key_tail=layer.key_tail.clone(), value_tail=layer.value_tail.clone())
-    store_tkv_tail(key_exact, value_exact, layer, query_start_loc, seq_lens_tensor, tail_slots)
-    store_tkv_tail_reference(key_exact, value_exact, expected, query_start_loc, seq_lens_tensor, tail_slots)
-    assert torch.equal(layer.key_tail, expected.key_tail)
-    assert torch.equal(layer.value_tail, expected.value_tail)
 
 
 def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
