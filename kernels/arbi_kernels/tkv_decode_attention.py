@@ -93,8 +93,10 @@ class TkvDecodeTiles:
     ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_core.nibble_pair_view
     and nibble_pairs_as_halves), on CUDA with float16 compute only (elsewhere, and for other widths, the flag
     changes nothing). transposed_dots: scores as (k @ q^T)^T and the value sum as (v^T @ p^T)^T
-    (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64 and 4 warps. The field defaults are the plain
-    kernel; the wrapper's default is DEFAULT_TKV_DECODE_TILES."""
+    (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64 and 4 warps. window_blocks: blocks of the exact
+    window read per fp16 tile (at most the window's; one tile per block by default: a whole 4-block window in one
+    64-row tile of float32 rows took the kernel from 1.04 to 1.32 ms at batch 32, 32k, on the H200). The field
+    defaults are the plain kernel; the wrapper's default is DEFAULT_TKV_DECODE_TILES."""
 
     block_n: int = 64
     num_warps: int = 4
@@ -104,9 +106,12 @@ class TkvDecodeTiles:
     mask_words: bool = False
     ptx_nibbles: bool = False
     transposed_dots: bool = False
+    window_blocks: int = 1
 
     def __post_init__(self) -> None:
         require_tile_size("block_n", self.block_n)
+        if self.window_blocks < 1:
+            raise ValueError(f"window_blocks: must be >= 1, got {self.window_blocks}")
         require_num_warps(self.num_warps)
         if self.num_stages < 1:
             raise ValueError(f"num_stages: must be >= 1, got {self.num_stages}")
@@ -121,18 +126,17 @@ context (bench_tkv.py --decode-only, 2026-11-29): 1.04 ms, where the first kerne
 
 
 @triton.jit
-def _attend_window_block(q, seq, seq_len, block_start, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc,
-                         key_tail_ptr, value_tail_ptr, key_exact_ptr, value_exact_ptr,
-                         stride_exact_token, stride_exact_head, SINK_TOKENS: tl.constexpr, TAIL_PAD: tl.constexpr,
-                         HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr,
-                         DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr):
-    """Fold one block of the exact window (positions block_start.. up to seq_len - 1, at or after SINK_TOKENS),
-    exact, into (m_i, l_i, acc): the new token (position seq_len - 1) from row `seq` of the step's exact buffers,
-    the others from the tail slot's ring. One block per tile keeps the registers of the one-block window: a
-    64-row tile of a 4-block window took the default kernel from 1.04 to 1.32 ms (H200, batch 32, 32k)."""
+def _attend_window_tile(q, seq, seq_len, tile_start, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc,
+                        key_tail_ptr, value_tail_ptr, key_exact_ptr, value_exact_ptr,
+                        stride_exact_token, stride_exact_head, SINK_TOKENS: tl.constexpr, WINDOW_ROWS: tl.constexpr,
+                        TAIL_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                        EXACT_BLOCKS: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr):
+    """Fold WINDOW_ROWS positions of the exact window from tile_start (those at or after SINK_TOKENS and before
+    seq_len), exact, into (m_i, l_i, acc): the new token (position seq_len - 1) from row `seq` of the step's exact
+    buffers, the others from the tail slot's ring."""
     offsets = tl.arange(0, TAIL_PAD)
-    positions = block_start + offsets
-    exact = (offsets < PAGE_SIZE) & (positions >= SINK_TOKENS) & (positions < seq_len)
+    positions = tile_start + offsets
+    exact = (offsets < WINDOW_ROWS) & (positions >= SINK_TOKENS) & (positions < seq_len)
     from_step = exact & (positions == seq_len - 1)
     from_tail = exact & (positions < seq_len - 1)
     tail_rows = tail_ring_rows(tl.load(tail_slots_ptr + seq), positions, PAGE_SIZE, EXACT_BLOCKS)
@@ -157,7 +161,8 @@ def _tkv_decode_partition_kernel(
     stride_po_seq, stride_po_head, stride_po_split,
     stride_pl_seq, stride_pl_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
-    SINK_PAD: tl.constexpr, TAIL_PAD: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    SINK_PAD: tl.constexpr, WINDOW_ROWS: tl.constexpr, TAIL_PAD: tl.constexpr, GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr,
     COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr,
     TRANSPOSED_DOTS: tl.constexpr, USE_PDL: tl.constexpr,
@@ -195,11 +200,11 @@ def _tkv_decode_partition_kernel(
     first_block_start = window_start(tl.maximum(seq_len - 1, 0), PAGE_SIZE, EXACT_BLOCKS)  # exact from here on
     first_exact = tl.maximum(first_block_start, SINK_TOKENS)
     if (split_start <= first_exact) & (first_exact < split_end):  # this split holds the window's first exact position
-        for block_start in range(first_block_start, seq_len, PAGE_SIZE):  # at most EXACT_BLOCKS blocks
-            m_i, l_i, acc = _attend_window_block(
-                q, seq, seq_len, block_start, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc, key_tail_ptr,
+        for tile_start in range(first_block_start, seq_len, WINDOW_ROWS):  # the window, WINDOW_ROWS at a time
+            m_i, l_i, acc = _attend_window_tile(
+                q, seq, seq_len, tile_start, tail_slots_ptr, kv_head, num_kv_heads, m_i, l_i, acc, key_tail_ptr,
                 value_tail_ptr, key_exact_ptr, value_exact_ptr, stride_exact_token, stride_exact_head, SINK_TOKENS,
-                TAIL_PAD, HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION, TRANSPOSED_DOTS,
+                WINDOW_ROWS, TAIL_PAD, HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION, TRANSPOSED_DOTS,
             )
     coded_end = tl.minimum(split_end, first_block_start)
 
@@ -289,6 +294,7 @@ def tkv_paged_decode_attention(
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
     exact_blocks = exact_window_blocks(layer)
+    window_rows = min(tiles.window_blocks, exact_blocks) * page_size
     require_compute_dtype(compute_dtype)
     require_dtype("query", query, (torch.float32, torch.float16, torch.bfloat16))
     require_shape("query", query, {"num_seqs": seq_lens.shape[0], "num_heads": None, "head_dim": head_dim})
@@ -340,7 +346,7 @@ def tkv_paged_decode_attention(
         partial_lse.stride(0), partial_lse.stride(1),
         KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
-        TAIL_PAD=tail_tile_size(page_size),
+        WINDOW_ROWS=window_rows, TAIL_PAD=tail_tile_size(window_rows),
         GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         EXACT_BLOCKS=exact_blocks,
         BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),

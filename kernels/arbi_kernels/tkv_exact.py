@@ -72,7 +72,7 @@ def tail_ring_rows(tail_slot, positions, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: 
 @triton.jit
 def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head, num_kv_heads,
                     stride_exact_token, stride_exact_head, HEAD_DIM: tl.constexpr):
-    """Exact code-space entries (fp16) of N positions: float32 [N, D] in code_channels order, each from the tail
+    """Exact code-space entries of N positions: fp16 [N, D] as stored, in code_channels order, each from the tail
     pool (row tail_rows, see tail_ring_rows, where from_tail) or from this step's exact buffer (token row
     step_rows, where from_step); 0 elsewhere."""
     dims = code_channels(HEAD_DIM)
@@ -80,4 +80,4 @@ def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_s
     tail = tl.load(tail_ptr + tail_vectors[:, None] * HEAD_DIM + dims[None, :], mask=from_tail[:, None], other=0.0)
     step_offsets = step_rows[:, None] * stride_exact_token + kv_head * stride_exact_head + dims[None, :]
     step = tl.load(exact_ptr + step_offsets, mask=from_step[:, None], other=0.0)
-    return tl.where(from_tail[:, None], tail, step).to(tl.float32)
+    return tl.where(from_tail[:, None], tail, step)

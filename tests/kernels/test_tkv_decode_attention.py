@@ -69,16 +69,17 @@ def test_last_block_is_read_exact_at_every_offset(page_size, sink_tokens, num_sp
 
 
 @pytest.mark.parametrize(
-    ("page_size", "exact_blocks", "sink_tokens", "num_splits", "block_n", "compute_dtype"),
+    ("page_size", "exact_blocks", "sink_tokens", "num_splits", "block_n", "compute_dtype", "window_blocks"),
     [
-        (4, 3, 1, 3, 16, torch.float32),  # 12-token windows, 16-token splits: windows cross splits
-        (8, 2, 0, 4, 16, torch.float32),
-        (8, 3, 1, 2, 32, torch.float16),  # 24 positions in a 32-row tile
-        (16, 2, 0, 1, 64, torch.float32),
+        (4, 3, 1, 3, 16, torch.float32, 1),  # 12-token windows, 16-token splits: windows cross splits
+        (8, 2, 0, 4, 16, torch.float32, 1),
+        (8, 3, 1, 2, 32, torch.float16, 3),  # 24 positions in one 32-row tile
+        (4, 3, 0, 3, 16, torch.float32, 2),  # tiles of 2 blocks over a 3-block window: the second one half empty
+        (16, 2, 0, 1, 64, torch.float32, 1),
     ],
 )
 def test_exact_window_is_read_exact_at_every_offset(page_size, exact_blocks, sink_tokens, num_splits, block_n,
-                                                    compute_dtype, device, generator):
+                                                    compute_dtype, window_blocks, device, generator):
     """New tokens at offsets 0, 1 and page_size - 1 of a first block, of a block inside the first window (a context
     shorter than the window) and of later blocks: the window's positions come from the tail ring and the new
     token's exact row, never from their codes (NaN scales and zeros in every window block)."""
@@ -89,7 +90,7 @@ def test_exact_window_is_read_exact_at_every_offset(page_size, exact_blocks, sin
     batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
     expected = tkv_paged_decode_attention_reference(*_arguments(batch, batch.query))
     poison_exact_window_metadata(batch)
-    tiles = TkvDecodeTiles(block_n=block_n, num_stages=1)
+    tiles = TkvDecodeTiles(block_n=block_n, num_stages=1, window_blocks=window_blocks)
     actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits, tiles=tiles,
                                         compute_dtype=compute_dtype)
     assert_tkv_close(actual, expected, compute_dtype)
@@ -172,7 +173,8 @@ def test_head_dim_16_odd_widths(key_bits, value_bits, device, generator):
 
 def test_tiles_reject_bad_shapes():
     for tiles, message in (({"block_n": 24}, "block_n"), ({"num_warps": 3}, "num_warps"),
-                           ({"num_stages": 0}, "num_stages"), ({"max_registers": 300}, "max_registers")):
+                           ({"num_stages": 0}, "num_stages"), ({"max_registers": 300}, "max_registers"),
+                           ({"window_blocks": 0}, "window_blocks")):
         with pytest.raises(ValueError, match=message):
             TkvDecodeTiles(**tiles)
 
