@@ -18,6 +18,7 @@ Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep | 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -181,9 +182,10 @@ DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] =
          (TkvDecodeTiles(64, 4, 2, transposed_dots=True), None), (TkvDecodeTiles(64, 4, 2, ptx_nibbles=True), None),
          (DEFAULT_DECODE_TILES, 5), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 8), (DEFAULT_DECODE_TILES, 16),
          (TkvDecodeTiles(64, 4, 3, ptx_nibbles=True, transposed_dots=True), None),
-         (TkvDecodeTiles(128, 4, 2, ptx_nibbles=True, transposed_dots=True), None)),
+         (TkvDecodeTiles(128, 4, 2, ptx_nibbles=True, transposed_dots=True), None),
+         (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
     8: ((OLD_DECODE_TILES, 17), (PLAIN_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 17), (DEFAULT_DECODE_TILES, None),
-        (DEFAULT_DECODE_TILES, 32)),
+        (DEFAULT_DECODE_TILES, 32), (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
 }
 
 
