@@ -184,7 +184,7 @@ class ModelHost:
         requests than the resident engine was built for is refused: its tail slots (and a TKV cache's sink rows)
         are sized at load."""
         if self._served is not None:
-            capacity = self._served.engine.scheduler.tail_slots.num_slots
+            capacity = self._served.engine.max_running_capacity
             if settings.max_running_requests > capacity:
                 raise FailedPreconditionError(
                     f"max_running_requests: the resident model was loaded for at most {capacity} running requests "

@@ -182,6 +182,11 @@ class Engine:
         return self._failure
 
     @property
+    def max_running_capacity(self) -> int:
+        """The most running sequences this engine can hold: its tail slots, sized at construction."""
+        return self.scheduler.tail_slots.num_slots
+
+    @property
     def num_requests(self) -> int:
         """Requests submitted and not yet finished (queued as tasks, waiting or running)."""
         with self._lock:
