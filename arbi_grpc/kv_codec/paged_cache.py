@@ -6,7 +6,7 @@ decoding of blocks back to the code space, which readers and the tail seeding sh
 Block ids, slots (block_id * block_size + offset) and block tables are those of the bf16 `PagedKVCache`. Only
 the first `num_sink_blocks` blocks have a sink row; the engine's block pool gives every sequence a first block
 among them. Tail slots are the engine's: one per running sequence. Layout and semantics: docs/tkv.md,
-"Engine integration" and "Exact own block".
+"Engine integration" and "Exact window".
 """
 
 from __future__ import annotations
@@ -22,7 +22,23 @@ from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
 from arbi_grpc.kv_codec.packing import packed_width
 from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
-from arbi_grpc.kv_codec.spec import SINK_ELEMENT_BYTES, bytes_per_token, sink_bytes_per_sequence
+from arbi_grpc.kv_codec.spec import (
+    SINK_ELEMENT_BYTES,
+    bytes_per_token,
+    sink_bytes_per_sequence,
+)
+
+
+def exact_window_start(position: int, block_size: int, exact_blocks: int) -> int:
+    """First position a query at `position` reads exactly (docs/tkv.md, "Exact window"): the start of the block
+    `exact_blocks - 1` before its own, 0 near the sequence's start."""
+    return max(position // block_size - exact_blocks + 1, 0) * block_size
+
+
+def tail_ring_row(position, block_size: int, exact_blocks: int):
+    """The row of a tail slot (a ring of `exact_blocks` blocks) holding `position`: an int, or an int64 tensor of
+    positions."""
+    return position // block_size % exact_blocks * block_size + position % block_size
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,8 +90,7 @@ class TkvLayerStorage:
 
     def ring_rows(self, positions: Tensor) -> Tensor:
         """Row of each position [N] (int64) in its sequence's tail slot."""
-        block_size = self.block_size
-        return positions // block_size % self.exact_blocks * block_size + positions % block_size
+        return tail_ring_row(positions, self.block_size, self.exact_blocks)
 
     def decoded_blocks(self, blocks: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of `blocks` [N] (int64) in the code space, dequantized from their codes, fp32

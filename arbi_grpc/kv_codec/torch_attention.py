@@ -1,7 +1,7 @@
 """The TKV attention backend in plain torch (CPU and GPU): encode new K/V into their slots and the sink pool,
 then attend each sequence's transformed queries over its own blocks, decoded to the code space, except the
 query's exact window, its own block and the `exact_blocks - 1` before it, which are read exactly (docs/tkv.md,
-"Exact own block"); last, keep each sequence's last `exact_blocks` blocks exact in the ring of its tail slot for
+"Exact window"); last, keep each sequence's last `exact_blocks` blocks exact in the ring of its tail slot for
 the next steps.
 
 Keys and values attention reads went through the codec (write first, then attend), except sink positions (from
@@ -19,7 +19,11 @@ from torch import Tensor
 
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.codec import TkvLayerCodec
-from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage, TkvPagedKVCache
+from arbi_grpc.kv_codec.paged_cache import (
+    TkvLayerStorage,
+    TkvPagedKVCache,
+    exact_window_start,
+)
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.torch_paged_attention import (
     TorchPagedAttention,
@@ -95,12 +99,6 @@ def write_tokens(
     return exact
 
 
-def window_start(position: int, block_size: int, exact_blocks: int) -> int:
-    """First position a query at `position` reads exactly: the start of the block `exact_blocks - 1` before its
-    own (position 0 near the sequence's start)."""
-    return max(position // block_size - exact_blocks + 1, 0) * block_size
-
-
 def store_tail(storage: TkvLayerStorage, exact: ExactTokens, metadata: AttentionMetadata) -> None:
     """Copy this step's tokens that lie in their sequence's last `exact_blocks` blocks to their ring rows of its
     tail slot."""
@@ -111,7 +109,7 @@ def store_tail(storage: TkvLayerStorage, exact: ExactTokens, metadata: Attention
     start = 0
     for sequence, (query_len, seq_len) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host)):
         first_position = seq_len - query_len
-        for position in range(max(first_position, window_start(seq_len - 1, block_size, exact_blocks)), seq_len):
+        for position in range(max(first_position, exact_window_start(seq_len - 1, block_size, exact_blocks)), seq_len):
             rows.append(start + position - first_position)
             sequences.append(sequence)
             positions.append(position)
@@ -215,7 +213,7 @@ def _attend_prefill(
         decoded.flatten(0, 1)[None, :seq_len] for decoded in storage.decoded_blocks(table)
     )  # [1, L, Hkv, D]
     _overlay_sinks(storage, table[:1], decoded_keys, decoded_values)
-    exact_start = window_start(prefix_len, block_size, exact_blocks)  # the first query's window
+    exact_start = exact_window_start(prefix_len, block_size, exact_blocks)  # the first query's window
     slot = metadata.tail_slots[sequence].long()
     ring_rows = storage.ring_rows(torch.arange(exact_start, prefix_len, device=transformed.device))
     # The context the current query block reads: decoded before its window, exact from there on (positions from
@@ -233,7 +231,7 @@ def _attend_prefill(
     for block_start in range(prefix_len // block_size * block_size, seq_len, block_size):
         block_end = min(block_start + block_size, seq_len)
         first_query = max(block_start, prefix_len)  # positions first_query..block_end-1 query this block
-        first_exact = window_start(block_start, block_size, exact_blocks)
+        first_exact = exact_window_start(block_start, block_size, exact_blocks)
         for context, decoded in ((context_keys, decoded_keys), (context_values, decoded_values)):
             context[:, decoded_from:first_exact] = decoded[:, decoded_from:first_exact]
         decoded_from = first_exact

@@ -21,6 +21,7 @@ from arbi_grpc.kv_codec import (
     TkvSpec,
     dequantize_groups,
 )
+from arbi_grpc.kv_codec.paged_cache import exact_window_start, tail_ring_row
 from arbi_kernels.reference import _causal_attention
 from arbi_kernels.tkv_core import TkvLayerTensors
 from arbi_kernels.tkv_exact import exact_window_blocks
@@ -63,16 +64,6 @@ def write_tkv_cache_reference(
         rows[kept] = code_space
         exact.append(rows)
     return exact[0], exact[1]
-
-
-def exact_window_start(position: int, block_size: int, exact_blocks: int) -> int:
-    """First position of the exact window of a query at `position`: its block's start less E - 1 blocks, >= 0."""
-    return max(position // block_size - exact_blocks + 1, 0) * block_size
-
-
-def tail_ring_row(position: int, block_size: int, exact_blocks: int) -> int:
-    """The row of a tail slot (a ring of E blocks) that holds `position`."""
-    return position // block_size % exact_blocks * block_size + position % block_size
 
 
 def store_tkv_tail_reference(

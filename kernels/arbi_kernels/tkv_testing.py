@@ -18,14 +18,16 @@ from dataclasses import dataclass
 import torch
 
 from arbi_grpc.kv_codec.packing import unpack_codes
-from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
+from arbi_grpc.kv_codec.paged_cache import (
+    TkvLayerStorage,
+    exact_window_start,
+    tail_ring_row,
+)
 from arbi_kernels.testing import BatchShape, random_paged_batch
 from arbi_kernels.tkv_exact import exact_window_blocks
 from arbi_kernels.tkv_reference import (
     context_in_code_space,
-    exact_window_start,
     store_tkv_tail_reference,
-    tail_ring_row,
     write_tkv_cache_reference,
 )
 
