@@ -14,7 +14,7 @@ MIB = 1024 * 1024
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
 MAX_KV_EXACT_BLOCKS = 16
-# A TKV query's exact window is one tile of the attention kernels (arbi_kernels.tkv_exact.MAX_EXACT_WINDOW_TOKENS).
+# A TKV exact window is one tile of the tail store kernel (arbi_kernels.tkv_exact.MAX_EXACT_WINDOW_TOKENS).
 MAX_EXACT_WINDOW_TOKENS = 256
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 
@@ -178,7 +178,7 @@ def check_kv_exact_blocks(exact_blocks: int, block_size: int) -> None:
         raise InvalidArgumentError(
             "kv_exact_blocks",
             f"{exact_blocks} exact blocks of {block_size} tokens make a window of {exact_blocks * block_size} tokens, "
-            f"more than the {MAX_EXACT_WINDOW_TOKENS} the TKV attention kernels hold in one tile; lower "
+            f"more than the {MAX_EXACT_WINDOW_TOKENS} the TKV tail store holds in one tile; lower "
             "--kv-exact-blocks or --block-size",
         )
 

@@ -4,7 +4,7 @@ Owns the model, its paged KV cache, the sampler and, on CUDA, the captured decod
 lays out input ids, positions and KV slots; for chunks that reach the end of their sequence it samples the
 next token, and for prompt positions of requests that asked for them it computes prompt log-probabilities.
 A step where every sequence brings one token replays a CUDA graph when one was captured for its size.
-Before a step runs, a TKV cache reading more than the own block exactly gets the prefix-cache blocks in the exact
+Before a step runs, a TKV cache reading more than its own block exactly gets the prefix-cache blocks in the exact
 window of each sequence (re)admitted with a prefix hit seeded into its tail slot (`TkvPagedKVCache.seed_tail`).
 
 `launch` queues a step on the device and returns without waiting for it; a token that the previous launched

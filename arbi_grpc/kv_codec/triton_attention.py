@@ -1,7 +1,7 @@
 """The TKV attention backend on the Triton kernels: quantize this step's K/V into their slots (write_tkv_cache,
 which also returns them exact in the code space), transform the queries into the key code space, attend with the
-fused-dequantization decode or prefill kernel (each query's own block exact: this step's tokens from the exact
-buffers, earlier ones from the sequence's tail slot, docs/tkv.md), keep each sequence's last block in its tail
+fused-dequantization decode or prefill kernel (each query's exact window read exact: this step's tokens from the exact
+buffers, earlier ones from the sequence's tail slot, docs/tkv.md), keep each sequence's last blocks in its tail
 slot (store_tkv_tail, after attention), and bring the output back from the value code space. The two transforms
 are one kernel launch each (arbi_kernels.tkv_transforms), tested bit for bit against attention_transforms, the
 torch backend's.

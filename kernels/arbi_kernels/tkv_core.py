@@ -26,8 +26,8 @@ WORD_DTYPES: dict[int, torch.dtype] = {2: torch.int16, 4: torch.int32, 8: torch.
 """Widths whose 8-code word is a whole machine integer; the others are read byte by byte."""
 COMPUTE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.float32)
 MAX_EXACT_WINDOW_TOKENS = 256
-"""Most positions of a tail slot's exact window (exact_blocks * block_size): the kernels read it as one tile.
-tkv_exact.py, which owns the window, exports it; it lives here because validate_tkv_layer checks it."""
+"""Most positions of a tail slot's exact window (exact_blocks * block_size): the tail store copies it as one
+tile. tkv_exact.py, which owns the window, exports it; it lives here because validate_tkv_layer checks it."""
 
 
 class TkvLayerTensors(Protocol):

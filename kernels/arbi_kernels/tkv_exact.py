@@ -1,6 +1,6 @@
 """What the TKV kernels share about a query's exact window (docs/tkv.md): its own block and the E - 1 blocks before
 it, E = exact_blocks = the tail's rows per slot / block_size, read exact in the code space. Here: the checks of a
-step's exact K/V (write_tkv_cache's result) and tail slots, E, the size of the one tile that holds a window, and
+step's exact K/V (write_tkv_cache's result) and tail slots, E, the size of a tile of exact rows, and
 the Triton helpers that place a window (its first block's start, a position's row in the tail slot's ring of E
 blocks) and load exact rows from the tail pool or the step's exact buffer.
 """
@@ -50,7 +50,8 @@ def exact_window_blocks(layer: TkvLayerTensors) -> int:
 
 
 def tail_tile_size(window_tokens: int) -> int:
-    """Rows of the one tile holding an exact window of `window_tokens` positions (tl.dot needs at least 16)."""
+    """Rows of a tile holding `window_tokens` exact positions (a decode tile, or the tail store's whole window;
+    tl.dot needs at least 16)."""
     return max(16, triton.next_power_of_2(window_tokens))
 
 

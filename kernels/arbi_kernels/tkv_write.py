@@ -7,8 +7,8 @@ codes round((z - zero) / step) half to even, then REFIT_ROUNDS least-squares ref
 group's squared error; codes densely packed. Every rounding is torch's (IEEE division, no FMA contraction);
 only the order of the refit's sums differs, so a near-tie can rarely pick the other, equally good, encoding.
 Positions below `sink_tokens` also store z itself (fp16) in the sink pool, and every kept token stores it in the
-step's exact buffers that the wrapper returns (attention reads a query's own block exact from them, store_tkv_tail
-keeps the last block's). One program encodes BLOCK_T tokens of one kv head, keys or values; a negative slot
+step's exact buffers that the wrapper returns (attention reads a query's exact window from them, store_tkv_tail
+keeps the last blocks'). One program encodes BLOCK_T tokens of one kv head, keys or values; a negative slot
 (padding) is skipped.
 """
 
