@@ -1,5 +1,6 @@
-"""What the CUDA engine tests share: an engine over a model without a server, the same weights in a GPU engine
-config, greedy requests, and the re-scoring of GPU-generated tokens by a CPU engine (its prompt logprobs)."""
+"""What the CUDA engine tests share: a SmolLM2-shaped model cut to a few layers with a uniform K4V4 calibration,
+an engine over a model without a server, the same weights in a GPU engine config, greedy requests, and the
+re-scoring of GPU-generated tokens by a CPU engine (its prompt logprobs)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from arbi_grpc.engine.offline import CompletedRequest, generate
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.spec import TkvSpec
 from arbi_grpc.models.attention_selection import (
     TORCH_DTYPES,
     build_kv_cache,
@@ -19,7 +21,17 @@ from arbi_grpc.models.attention_selection import (
 )
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.reference_shapes import reference_hf_config
 from arbi_grpc.serving import assemble_engine, build_runner
+
+
+def smollm2_layers_with_k4v4(num_layers: int) -> tuple[ModelConfig, TkvCalibration]:
+    """SmolLM2's config cut to `num_layers` layers, and a uniform K4V4 G32 calibration (one sink token) for it."""
+    hf = reference_hf_config("smollm2-135m")
+    hf.update(num_hidden_layers=num_layers)
+    config = ModelConfig.from_hf_config(hf)
+    return config, TkvCalibration.uniform("random", TkvSpec(4, 4, 32, 1), config.num_layers, config.num_kv_heads,
+                                          config.head_dim)
 
 
 def build_engine(model: CausalLM, config: ModelConfig, engine_config: EngineConfig,

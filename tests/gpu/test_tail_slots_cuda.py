@@ -9,23 +9,22 @@ import torch
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.cuda_graphs import DecodeBatch
 from arbi_grpc.engine.offline import generate
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.spec import TkvSpec
 from arbi_grpc.models.attention_selection import select_attention_backend
-from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.random_weights import random_causal_lm
-from arbi_grpc.models.reference_shapes import reference_hf_config
-from tests.gpu.engine_pair import build_engine, greedy_requests, on_device, rescore_on_cpu, worst_logprob_gap
+from tests.gpu.engine_pair import (
+    build_engine,
+    greedy_requests,
+    on_device,
+    rescore_on_cpu,
+    smollm2_layers_with_k4v4,
+    worst_logprob_gap,
+)
 
 TOLERANCE = 0.05  # the GPU TKV engine's bound against the CPU reference (test_tkv_engine_cuda.py says why)
 
 
 def test_replays_stage_the_scheduled_tail_slots_and_generate_what_the_cpu_engine_scores() -> None:
-    hf = reference_hf_config("smollm2-135m")
-    hf.update(num_hidden_layers=4)
-    config = ModelConfig.from_hf_config(hf)
-    calibration = TkvCalibration.uniform("random", TkvSpec(4, 4, 32, 1), config.num_layers, config.num_kv_heads,
-                                         config.head_dim)
+    config, calibration = smollm2_layers_with_k4v4(4)
     common = {"max_model_len": 512, "max_step_tokens": 96, "max_prefill_chunk_tokens": 64,
               "enable_prefix_cache": True, "kv_cache_memory_mib": 256, "kv_cache_dtype": "tkv",
               "kv_calibration": "random"}

@@ -19,18 +19,16 @@ from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import generate
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.kv_codec.spec import TkvSpec
 from arbi_grpc.models.attention_selection import select_attention_backend
-from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.models.random_weights import random_causal_lm
-from arbi_grpc.models.reference_shapes import reference_hf_config
 from tests.gpu.engine_pair import (
     build_engine,
     greedy_requests,
     on_device,
     rescore_on_cpu,
+    smollm2_layers_with_k4v4,
     worst_logprob_gap,
 )
 from tests.unit.models.paged_harness import PagedStepRunner
@@ -40,11 +38,7 @@ BLOCK_SIZE = 16
 
 
 def _setup(exact_blocks: int, enable_prefix_cache: bool):
-    hf = reference_hf_config("smollm2-135m")
-    hf.update(num_hidden_layers=4)
-    config = ModelConfig.from_hf_config(hf)
-    calibration = TkvCalibration.uniform("random", TkvSpec(4, 4, 32, 1), config.num_layers, config.num_kv_heads,
-                                         config.head_dim)
+    config, calibration = smollm2_layers_with_k4v4(4)
     common = {"max_model_len": 1024, "max_step_tokens": 160, "max_prefill_chunk_tokens": 64,
               "kv_cache_memory_mib": 256, "kv_cache_dtype": "tkv", "kv_calibration": "random",
               "kv_exact_blocks": exact_blocks, "enable_prefix_cache": enable_prefix_cache, "block_size": BLOCK_SIZE}
@@ -123,11 +117,7 @@ def test_a_prefix_hit_on_the_gpu_reads_its_seeded_window_blocks_decoded(exact_bl
 
 def test_seeding_a_tail_slot_waits_for_nothing_on_the_host() -> None:
     """The runner seeds in the launch path, which never waits for the device (test_launch_without_host_waits.py)."""
-    hf = reference_hf_config("smollm2-135m")
-    hf.update(num_hidden_layers=2)
-    config = ModelConfig.from_hf_config(hf)
-    calibration = TkvCalibration.uniform("random", TkvSpec(4, 4, 32, 1), config.num_layers, config.num_kv_heads,
-                                         config.head_dim)
+    config, calibration = smollm2_layers_with_k4v4(2)
     cache = TkvPagedKVCache(calibration, num_blocks=8, block_size=BLOCK_SIZE, device="cuda", num_tail_slots=2,
                             exact_blocks=4)
     for layer in range(config.num_layers):

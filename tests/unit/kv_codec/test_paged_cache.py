@@ -8,10 +8,13 @@ import dataclasses
 import pytest
 import torch
 
+from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
+from arbi_grpc.memory.kv_pool import plan_kv_pool
+from arbi_grpc.models.attention_selection import build_kv_cache
 
 
 def _calibration(layer_bits: tuple[tuple[int, int], ...], group_size: int = 16, sink_tokens: int = 2):
@@ -152,16 +155,18 @@ def test_seed_tail_writes_decoded_blocks_into_their_ring_rows_of_every_layer():
         cache.seed_tail(0, torch.tensor([0, 1, 2, 3]), first_block_index=0)
 
 
-def test_the_pool_planner_counts_tail_rings_of_e_blocks():
-    from arbi_grpc.config import EngineConfig
-    from arbi_grpc.memory.kv_pool import plan_kv_pool
-    from arbi_grpc.models.attention_selection import build_kv_cache
+def _planner_model_and_calibration():
+    """A small model's config and a uniform K4V3 calibration for it, for the pool planner tests."""
     from tests.unit.memory.shapes import model_config
 
     model = model_config()
-    calibration = TkvCalibration.uniform(
+    return model, TkvCalibration.uniform(
         "tkvfp1:test", TkvSpec(4, 3, 16, 1), model.num_layers, model.num_kv_heads, model.head_dim
     )
+
+
+def test_the_pool_planner_counts_tail_rings_of_e_blocks():
+    model, calibration = _planner_model_and_calibration()
     base = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=2, block_size=8,
                         max_running_requests=4)
     plans = {e: plan_kv_pool(dataclasses.replace(base, kv_exact_blocks=e), model, calibration) for e in (1, 4)}
@@ -175,15 +180,7 @@ def test_the_pool_planner_counts_tail_rings_of_e_blocks():
 
 
 def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():
-    from arbi_grpc.config import EngineConfig
-    from arbi_grpc.memory.kv_pool import plan_kv_pool
-    from arbi_grpc.models.attention_selection import build_kv_cache
-    from tests.unit.memory.shapes import model_config
-
-    model = model_config()
-    calibration = TkvCalibration.uniform(
-        "tkvfp1:test", TkvSpec(4, 3, 16, 1), model.num_layers, model.num_kv_heads, model.head_dim
-    )
+    model, calibration = _planner_model_and_calibration()
     config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=8,
                           kv_exact_blocks=1)
     pool = plan_kv_pool(config, model, calibration)
