@@ -6,7 +6,7 @@ Two kinds of rows:
 - bundles written by `arbi-serve calibrate` (any bits, any calibration text), loaded as the engine loads them.
 
 Run from the repository root:
-  PYTHONPATH=. python docs/tkv_study/confirm.py --wikitext ../shared/data/wikitext-2/wiki.test.raw \\
+  PYTHONPATH=. python docs/tkv_study/confirm.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
       --token-cache build/tkv_study/wikitext_ids.pt --uniform 8/8 4/4 3/3 4/3 --bundle build/tkv_alloc35 \\
       --out docs/tkv_study/results/confirm.jsonl
 """

@@ -8,7 +8,7 @@ Variants (all keep the storage format: per-group fp16 scale/zero, the same codes
 The channel transforms are calibrated once with "minmax" (rotation, centering, "mse" scales, sink 1) and
 shared, so the rows differ only by the encoder applied when the cache is written.
 
-  PYTHONPATH=. python docs/tkv_study/encoder_variants.py --wikitext ../shared/data/wikitext-2/wiki.test.raw \\
+  PYTHONPATH=. python docs/tkv_study/encoder_variants.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
       --token-cache build/tkv_study/wikitext_ids.pt --test-windows 4 --bits 3/3
 """
 

@@ -19,7 +19,7 @@ Each group keeps, of five metadata candidates, the one of least squared error wi
 The channel transforms (rotation, keys "mse" + center, values rotation only, sink 1) are calibrated per group size
 with the package's fp16 encoder (`ChannelTable`) and shared by the fp16 and the coded rows of that group size.
 
-  PYTHONPATH=. python docs/tkv_study/group_metadata.py --wikitext ../shared/data/wikitext-2/wiki.test.raw \\
+  PYTHONPATH=. python docs/tkv_study/group_metadata.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
       --token-cache build/tkv_study/wikitext_ids.pt --bits 4/4 3/3 4/3 \\
       --formats 32:fp16 16:fp16 16:8 16:6 16:4 8:8 8:6 8:4 8:3 --out docs/tkv_study/results/group_metadata.json
 """

@@ -8,7 +8,7 @@ the N - 1 blocks before it: what a paged cache gets by quantizing a block only o
 blocks past it. Bundles come from `arbi-serve calibrate` (the engine's protocol); `--kv-bits`
 overrides their bits as `--kv-bits` does at boot.
 
-    PYTHONPATH=. python docs/tkv_study/recent_window.py --wikitext ../shared/data/wikitext-2/wiki.test.raw \\
+    PYTHONPATH=. python docs/tkv_study/recent_window.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
         --token-cache build/tkv_study/wikitext_ids.pt --bundle build/tkv_b44 --kv-bits 4/4 3/3 \\
         --recent 0 16 64 --out docs/tkv_study/results/recent_window.json
 """

@@ -2,7 +2,7 @@
 grid of rotation / calibration / group size / bit settings and a greedy per-layer bit allocation.
 
 Run from the repository root (see docs/tkv.md for the exact command and the results):
-  PYTHONPATH=. python docs/tkv_study/study.py --wikitext ../shared/data/wikitext-2/wiki.test.raw --out results.jsonl
+  PYTHONPATH=. python docs/tkv_study/study.py --wikitext tests/data/wikitext-2/wiki.test.raw --out results.jsonl
 """
 
 from __future__ import annotations

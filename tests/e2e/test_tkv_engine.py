@@ -28,7 +28,7 @@ from arbi_grpc.serving import build_served_model
 from tests.conftest import wait_for_idle_pool
 from tests.e2e.helpers import chat_request, generate, stub_for
 
-WIKITEXT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "wikitext-2" / "wiki.test.raw"
+WIKITEXT = Path(__file__).resolve().parents[1] / "data" / "wikitext-2" / "wiki.test.raw"
 WINDOW_TOKENS = 512
 OTHER_MODEL = "tkvfp1:" + "0" * 32
 
