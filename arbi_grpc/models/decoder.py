@@ -1,36 +1,135 @@
 """The decoder-only language model shared by the Llama, Qwen2 and Qwen3 architectures, run on a flattened
-varlen batch over the paged KV cache. Module and parameter names match HF checkpoints (`model.layers.N...`).
+varlen batch over the paged KV cache: RMSNorm, the SwiGLU MLP, grouped-query attention with RoPE, the decoder
+layer and the whole model. Module and parameter names match HF checkpoints (`model.layers.N...`).
+
+Kernels are chosen once, when the model is built (`decoder_ops.decoder_ops_for`: the torch reference, or the
+Triton kernels on CUDA), and attention runs through the `AttentionBackend` given at construction. Build a model
+with weights through `CausalLM.from_weights` (the checkpoint loader and random weights do), which fuses the
+q/k/v and gate/up projections into single matmuls once the weights are in place.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.decoder_attention import DecoderAttention
+from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
+from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
 from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.layers import RMSNorm, SwiGLUMLP, project
-from arbi_grpc.models.rotary import RotaryAngles, RotaryEmbedding
+
+# Reads the model's tensors given their names and shapes (in checkpoint order): `CausalLM.from_weights`.
+WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, Tensor]]
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation over the last axis, computed in float32 like the HF reference."""
+
+    def __init__(self, size: int, eps: float, ops: DecoderOps) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+        self.ops = ops
+
+    def forward(self, states: Tensor) -> Tensor:
+        return self.ops.rms_norm(states, self.weight, self.eps)
+
+    def add_and_norm(self, states: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
+        """(norm(states + residual), states + residual): the residual stream's next value and its norm."""
+        return self.ops.add_rms_norm(states, residual, self.weight, self.eps)
+
+
+class SwiGLUMLP(nn.Module):
+    """down(silu(gate(x)) * up(x)), bias-free, with HF parameter names.
+
+    After `fuse_projections` the gate and up weights are views into one [2I, H] matrix, multiplied at once.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int, ops: DecoderOps) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_up_weight: Tensor | None = None
+        self.ops = ops
+
+    def fuse_projections(self) -> None:
+        self.gate_up_weight = fuse_linear_weights(self.gate_proj, self.up_proj)[0]
+
+    def forward(self, states: Tensor) -> Tensor:
+        if self.gate_up_weight is None:
+            raise RuntimeError("SwiGLUMLP: call CausalLM.fuse_projections() once the weights are loaded")
+        gate_up = self.ops.linear(states, self.gate_up_weight)  # [T, 2I]
+        return self.ops.linear(self.ops.silu_and_mul(gate_up), self.down_proj.weight)
+
+
+class DecoderAttention(nn.Module):
+    """Grouped-query self-attention of one layer: q/k/v projections (optional bias), optional per-head q/k
+    RMSNorm (Qwen3), RoPE, paged attention through the backend, and the output projection."""
+
+    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend, ops: DecoderOps) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self.backend = backend
+        self.ops = ops
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        query_width = config.num_heads * config.head_dim
+        kv_width = config.num_kv_heads * config.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, query_width, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.hidden_size, kv_width, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.hidden_size, kv_width, bias=config.attention_bias)
+        self.o_proj = nn.Linear(query_width, config.hidden_size, bias=config.output_projection_bias)
+        self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
+        self.qkv_weight: Tensor | None = None
+        self.qkv_bias: Tensor | None = None
+
+    def fuse_projections(self) -> None:
+        """Multiply q, k and v in one matmul: their weights become views into one [(H + 2 Hkv) D, hidden] matrix."""
+        self.qkv_weight, self.qkv_bias = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
+
+    def forward(
+        self, states: Tensor, rotation: Rotation, metadata: AttentionMetadata, kv_cache: PagedKVCache
+    ) -> Tensor:
+        if self.qkv_weight is None:
+            raise RuntimeError("DecoderAttention: call CausalLM.fuse_projections() once the weights are loaded")
+        num_tokens = states.shape[0]
+        query_width = self.num_heads * self.head_dim
+        kv_width = self.num_kv_heads * self.head_dim
+        qkv = self.ops.linear(states, self.qkv_weight, self.qkv_bias)  # [T, (H + 2 Hkv) D]
+        query = qkv[:, :query_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
+        key = qkv[:, query_width: query_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)
+        value = qkv[:, query_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        head_norms = None
+        if self.q_norm is not None and self.k_norm is not None:
+            head_norms = HeadNormWeights(self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
+        query, key = rotation.apply(query, key, head_norms)
+        attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
+        attended = attended.reshape(num_tokens, self.num_heads * self.head_dim)
+        return self.ops.linear(attended, self.o_proj.weight, self.o_proj.bias)
 
 
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: attention, then SwiGLU MLP."""
 
-    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend) -> None:
+    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend, ops: DecoderOps) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = DecoderAttention(config, layer_index, backend)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.self_attn = DecoderAttention(config, layer_index, backend, ops)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size, ops)
 
     def forward(
         self,
         states: Tensor,
         residual: Tensor | None,
-        rotary: RotaryAngles,
+        rotation: Rotation,
         metadata: AttentionMetadata,
         kv_cache: PagedKVCache,
     ) -> tuple[Tensor, Tensor]:
@@ -41,7 +140,7 @@ class DecoderLayer(nn.Module):
             residual, normed = states, self.input_layernorm(states)
         else:
             normed, residual = self.input_layernorm.add_and_norm(states, residual)
-        attended = self.self_attn(normed, rotary, metadata, kv_cache)
+        attended = self.self_attn(normed, rotation, metadata, kv_cache)
         normed, residual = self.post_attention_layernorm.add_and_norm(attended, residual)
         return self.mlp(normed), residual
 
@@ -49,49 +148,78 @@ class DecoderLayer(nn.Module):
 class DecoderStack(nn.Module):
     """Token embedding, the layers and the final norm (the `model.` prefix of HF checkpoints)."""
 
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    def __init__(self, config: ModelConfig, backend: AttentionBackend, ops: DecoderOps) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, index, backend) for index in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, index, backend, ops) for index in range(config.num_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
 
 
 class CausalLM(nn.Module):
     """The full model: `forward` gives final hidden states of new tokens, `compute_logits` projects them.
 
-    Build it through `load_model`, which fills the weights from a checkpoint.
-    Call it under `torch.inference_mode()`.
+    Build it with weights through `from_weights`; call it under `torch.inference_mode()`. `ops` defaults to
+    the kernels of `device` (`decoder_ops_for`).
     """
 
     def __init__(
-        self, config: ModelConfig, *, attention_backend: AttentionBackend, device: torch.device | str
+        self,
+        config: ModelConfig,
+        *,
+        attention_backend: AttentionBackend,
+        device: torch.device | str,
+        ops: DecoderOps | None = None,
     ) -> None:
         super().__init__()
         self.config = config
-        self.model = DecoderStack(config, attention_backend)
+        device = torch.device(device)
+        self.ops = ops or decoder_ops_for(
+            device, rotary_inverse_frequencies(config, device), config.max_position_embeddings
+        )
+        self.model = DecoderStack(config, attention_backend, self.ops)
         # With tied embeddings the output projection reuses `model.embed_tokens.weight`.
         self.lm_head = (
             None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
-        self.rotary = RotaryEmbedding(config, device)
         self.projections_fused = False
+
+    @classmethod
+    def from_weights(
+        cls,
+        config: ModelConfig,
+        read_weights: WeightReader,
+        *,
+        attention_backend: AttentionBackend,
+        device: torch.device | str,
+        ops: DecoderOps | None = None,
+    ) -> CausalLM:
+        """The model (eval, no grad, projections fused) holding the tensors `read_weights` returns for the
+        model's parameter names and shapes; nothing is allocated twice."""
+        with torch.device("meta"):  # shapes only: the weights come from `read_weights`
+            model = cls(config, attention_backend=attention_backend, device=device, ops=ops)
+        tensors = read_weights({name: tuple(tensor.shape) for name, tensor in model.state_dict().items()})
+        model.load_state_dict(tensors, strict=True, assign=True)
+        del tensors  # the model holds them now; the fusion below frees the parts it merges
+        model.requires_grad_(False)
+        model.fuse_projections()
+        return model.eval()
 
     def forward(
         self, input_ids: Tensor, positions: Tensor, metadata: AttentionMetadata, kv_cache: PagedKVCache
     ) -> Tensor:
         """input_ids [T], positions [T] -> normalised hidden states [T, hidden_size]; writes K/V of all T tokens."""
-        if not self.projections_fused:
-            self.fuse_projections()
         states = self.model.embed_tokens(input_ids)  # [T, hidden]
-        rotary = self.rotary.for_positions(positions, states.dtype)
+        rotation = self.ops.rotation(positions, states.dtype)
         residual = None
         for layer in self.model.layers:
-            states, residual = layer(states, residual, rotary, metadata, kv_cache)
+            states, residual = layer(states, residual, rotation, metadata, kv_cache)
         return self.model.norm.add_and_norm(states, residual)[0]
 
     def fuse_projections(self) -> None:
-        """Merge q/k/v and gate/up weights into single matmuls, once the weights are in place (`load_model` does
-        it; otherwise the first forward pass does)."""
+        """Merge q/k/v and gate/up weights into single matmuls, once the weights are in place (`from_weights`
+        does it; a model built without it refuses to run)."""
         for layer in self.model.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
@@ -104,4 +232,48 @@ class CausalLM(nn.Module):
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden [N, hidden_size] -> float32 logits [N, vocab_size]."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return project(hidden, weight).float()
+        return self.ops.linear(hidden, weight).float()
+
+
+def fuse_linear_weights(*layers: nn.Linear) -> tuple[Tensor, Tensor | None]:
+    """Concatenate the layers' weights (and biases) along the output axis into one new tensor, and re-point
+    each layer's parameters at its slice, so the checkpoint names stay valid and nothing is held twice.
+    """
+    with torch.no_grad():
+        weight = torch.cat([layer.weight for layer in layers])
+        has_bias = [layer.bias is not None for layer in layers]
+        if any(has_bias) and not all(has_bias):
+            raise ValueError("fuse_linear_weights: either every layer has a bias or none")
+        bias = torch.cat([layer.bias for layer in layers]) if all(has_bias) else None
+        start = 0
+        for layer in layers:
+            rows = layer.weight.shape[0]
+            layer.weight = nn.Parameter(weight[start: start + rows], requires_grad=False)
+            if bias is not None:
+                layer.bias = nn.Parameter(bias[start: start + rows], requires_grad=False)
+            start += rows
+    return weight, bias
+
+
+def rotary_inverse_frequencies(config: ModelConfig, device: torch.device) -> Tensor:
+    """RoPE's inverse frequencies [D / 2] (float32, on `device`) in the half-split layout of HF checkpoints,
+    with Llama 3.1 scaling when the config has it. They are fixed by the config, not model weights."""
+    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.float32, device=device) / config.head_dim
+    inverse_frequencies = 1.0 / (config.rope_theta**exponents)  # [D / 2]
+    if config.rope_scaling is not None:
+        inverse_frequencies = llama3_scaled_frequencies(inverse_frequencies, config.rope_scaling)
+    return inverse_frequencies
+
+
+def llama3_scaled_frequencies(inverse_frequencies: Tensor, scaling: Llama3RopeScaling) -> Tensor:
+    """Llama 3.1 scaling: keep short wavelengths, divide long ones by `factor`, blend smoothly in between."""
+    wavelengths = 2 * math.pi / inverse_frequencies
+    long_wavelength = scaling.original_max_position_embeddings / scaling.low_freq_factor
+    short_wavelength = scaling.original_max_position_embeddings / scaling.high_freq_factor
+    # Blend weight 1 at the short-wavelength edge, 0 at the long-wavelength edge.
+    keep_weight = (scaling.original_max_position_embeddings / wavelengths - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    blended = (1 - keep_weight) * inverse_frequencies / scaling.factor + keep_weight * inverse_frequencies
+    scaled = torch.where(wavelengths > long_wavelength, inverse_frequencies / scaling.factor, blended)
+    return torch.where(wavelengths < short_wavelength, inverse_frequencies, scaled)

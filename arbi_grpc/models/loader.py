@@ -24,7 +24,8 @@ def load_model(
     device: torch.device | str = "cpu",
     attention_backend: AttentionBackend | None = None,
 ) -> tuple[CausalLM, ModelConfig]:
-    """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad) and its config.
+    """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad, projections fused)
+    and its config.
 
     Without `attention_backend`, the torch reference backend tuned for `device` runs attention.
     Raises ModelLoadError for missing, truncated or corrupt files and missing or mis-shaped tensors,
@@ -36,19 +37,14 @@ def load_model(
         raise ModelLoadError(f"{model_dir}: model directory does not exist")
     config = ModelConfig.from_hf_config(read_hf_config(model_dir))
     backend = attention_backend or TorchPagedAttention.for_device(device)
-    with torch.device("meta"):  # shapes only: the weights come from the checkpoint
-        model = CausalLM(config, attention_backend=backend, device=device)
-    expected_shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
     def is_ignored(name: str) -> bool:
         # A tied checkpoint may still store lm_head.weight; the tie wins, as in transformers.
         return name.endswith(_RECOMPUTED_SUFFIX) or (config.tie_word_embeddings and name == "lm_head.weight")
 
-    tensors = read_checkpoint_tensors(
-        model_dir, expected_shapes=expected_shapes, is_ignored=is_ignored, dtype=dtype, device=device
-    )
-    model.load_state_dict(tensors, strict=True, assign=True)
-    del tensors  # the model holds them now; the fusion below frees the parts it merges
-    model.requires_grad_(False)
-    model.fuse_projections()
-    return model.eval(), config
+    def read_weights(expected_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+        return read_checkpoint_tensors(
+            model_dir, expected_shapes=expected_shapes, is_ignored=is_ignored, dtype=dtype, device=device
+        )
+
+    return CausalLM.from_weights(config, read_weights, attention_backend=backend, device=device), config

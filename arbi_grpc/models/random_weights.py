@@ -3,8 +3,8 @@ and GPU tests of speed and memory, never for output quality.
 
 Weights are drawn like a freshly initialised HF model (`initializer_range` 0.02: linear and embedding
 weights N(0, 0.02^2), biases 0, norm weights 1), so activations have a realistic scale. The tensors are
-allocated one per checkpoint tensor, in checkpoint order, then the projections are fused, as `load_model`
-does, so the device allocator sees the allocation pattern of a real load.
+allocated one per checkpoint tensor, in checkpoint order, then the projections are fused
+(`CausalLM.from_weights`, as for a checkpoint), so the device allocator sees the allocation pattern of a real load.
 """
 
 from __future__ import annotations
@@ -35,18 +35,12 @@ def random_causal_lm(
     """
     device = torch.device(device)
     backend = attention_backend or TorchPagedAttention.for_device(device)
-    with torch.device("meta"):  # shapes only; every tensor is allocated below, on `device`
-        model = CausalLM(model_config, attention_backend=backend, device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
-    tensors = {
-        name: _random_tensor(name, tuple(meta.shape), dtype, device, generator)
-        for name, meta in model.state_dict().items()
-    }
-    model.load_state_dict(tensors, strict=True, assign=True)
-    del tensors  # the model holds them now; the fusion below frees the parts it merges
-    model.requires_grad_(False)
-    model.fuse_projections()
-    return model.eval()
+
+    def read_weights(shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+        return {name: _random_tensor(name, shape, dtype, device, generator) for name, shape in shapes.items()}
+
+    return CausalLM.from_weights(model_config, read_weights, attention_backend=backend, device=device)
 
 
 def _random_tensor(

@@ -4,8 +4,6 @@ re-scoring of GPU-generated tokens by a CPU engine (its prompt logprobs)."""
 
 from __future__ import annotations
 
-import torch
-
 from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
@@ -49,13 +47,10 @@ def build_engine(model: CausalLM, config: ModelConfig, engine_config: EngineConf
 
 def on_device(cpu_model: CausalLM, config: ModelConfig, engine_config: EngineConfig) -> CausalLM:
     """The same weights as `cpu_model`, in the engine config's device, dtype and attention backend."""
-    with torch.device("meta"):
-        model = CausalLM(config, attention_backend=select_attention_backend(engine_config), device="cuda")
     dtype = TORCH_DTYPES[engine_config.dtype]
-    model.load_state_dict({name: tensor.to("cuda", dtype) for name, tensor in cpu_model.state_dict().items()},
-                          strict=True, assign=True)
-    model.fuse_projections()
-    return model.eval()
+    return CausalLM.from_weights(
+        config, lambda _: {name: tensor.to("cuda", dtype) for name, tensor in cpu_model.state_dict().items()},
+        attention_backend=select_attention_backend(engine_config), device="cuda")
 
 
 def greedy_requests(prompts: list[list[int]], new_tokens: int,
