@@ -1,12 +1,17 @@
-"""The engine's configuration: one frozen dataclass, validated at construction.
+"""The engine's configuration: `EngineConfig`, one frozen dataclass validated at construction, which includes
+`SchedulingLimits`, the one type of the scheduling limits from flag to scheduler (and in the admin API).
 
 Each field carries its help text in `metadata["help"]`; `config_flags` turns the fields into CLI flags and
-`ARBI_*` environment overrides, so a new setting is declared here and nowhere else.
+`ARBI_*` environment overrides, so a new setting is declared here and nowhere else. "auto" settings are
+resolved per device before the frozen fields are set (`EngineConfig.__init__`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from arbi_grpc.errors import InvalidArgumentError
 
@@ -25,8 +30,44 @@ def setting(default, help: str):  # noqa: A002 (mirrors argparse's name)
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """How the engine loads its model and sizes its KV cache, batches and queues."""
+class SchedulingLimits:
+    """How much the engine takes on per step and in total; the admin API changes them while the server runs
+    (from the engine's next step). `check` lists every violation of a set of values, so an update is refused
+    whole, naming each bad field."""
+
+    max_running_requests: int = setting(64, "most sequences in the running batch")
+    max_step_tokens: int = setting(512, "per-step token budget shared by prefill chunks and decodes")
+    max_prefill_chunk_tokens: int = setting(
+        256, "largest prefill chunk of one request per step while others wait (fairness)"
+    )
+    max_waiting_requests: int = setting(256, "waiting queue bound; beyond it requests get RESOURCE_EXHAUSTED")
+    default_max_output_tokens: int = setting(1024, "output length of requests that set none")
+
+    def __post_init__(self) -> None:
+        problems = SchedulingLimits.check({name: getattr(self, name) for name in SchedulingLimits.names()})
+        if problems:
+            raise InvalidArgumentError(*problems[0])
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        return tuple(limit.name for limit in dataclasses.fields(SchedulingLimits))
+
+    @staticmethod
+    def check(values: Mapping[str, int]) -> list[tuple[str, str]]:
+        """(field, description) for each unknown name or value out of range; empty when all are fine."""
+        known = SchedulingLimits.names()
+        problems = []
+        for name, value in values.items():
+            if name not in known:
+                problems.append((name, f"{name!r} is not a runtime setting; known: {', '.join(known)}"))
+            elif value <= 0:
+                problems.append((name, f"must be > 0, got {value}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class _EngineFields(SchedulingLimits):
+    """EngineConfig's fields (after the scheduling limits it includes), each holding a resolved value."""
 
     model: str = setting("SmolLM2-135M-Instruct", "model name, Hugging Face style directory or .gguf file")
     device: str = setting("cpu", "device to run on: cpu or cuda")
@@ -56,67 +97,45 @@ class EngineConfig:
     block_size: int = setting(16, "tokens per KV cache block")
     kv_cache_memory_mib: int = setting(1024, "memory of the KV cache pool in MiB")
     max_model_len: int = setting(0, "longest sequence served, prompt plus output (0 = the model's context)")
-    max_running_requests: int = setting(64, "most sequences in the running batch")
-    max_step_tokens: int = setting(512, "per-step token budget shared by prefill chunks and decodes")
-    max_prefill_chunk_tokens: int = setting(
-        256, "largest prefill chunk of one request per step while others wait (fairness)"
-    )
     enable_prefix_cache: bool = setting(True, "reuse the KV blocks of cached prompt prefixes")
     overlap_steps: bool = setting(
         True, "launch each engine step before reading the previous one's tokens, so the device never waits "
               "for the host's bookkeeping (outputs are the same either way)"
     )
-    max_waiting_requests: int = setting(256, "waiting queue bound; beyond it requests get RESOURCE_EXHAUSTED")
-    default_max_output_tokens: int = setting(1024, "output length of requests that set none")
     torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
            "(0 = what the machine offers at boot)"
     )
 
+
+class EngineConfig(_EngineFields):
+    """How the engine loads its model and sizes its KV cache, batches and queues.
+
+    Built from keyword settings (the field names); "auto" in dtype, attention_backend and kv_cache_dtype is
+    resolved for the device first (`resolve_auto_settings`), so the frozen fields hold what runs.
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**resolve_auto_settings(settings))
+
     def __post_init__(self) -> None:
-        positive = {
-            "block_size": self.block_size,
-            "kv_cache_memory_mib": self.kv_cache_memory_mib,
-            "max_running_requests": self.max_running_requests,
-            "max_step_tokens": self.max_step_tokens,
-            "max_prefill_chunk_tokens": self.max_prefill_chunk_tokens,
-            "max_waiting_requests": self.max_waiting_requests,
-            "default_max_output_tokens": self.default_max_output_tokens,
-        }
-        for name, value in positive.items():
-            if value <= 0:
-                raise InvalidArgumentError(name, f"must be > 0, got {value}")
+        for name in ("block_size", "kv_cache_memory_mib"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgumentError(name, f"must be > 0, got {getattr(self, name)}")
+        super().__post_init__()
         if self.max_model_len < 0:
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
         if self.memory_limit_mib < 0:
             raise InvalidArgumentError("memory_limit_mib", f"must be >= 0, got {self.memory_limit_mib}")
-        if self.device not in ("cpu", "cuda"):
-            raise InvalidArgumentError("device", f"must be 'cpu' or 'cuda', got {self.device!r}")
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            raise InvalidArgumentError("dtype", f"must be 'auto', 'float32' or 'bfloat16', got {self.dtype!r}")
-        if self.dtype == "auto":
-            object.__setattr__(self, "dtype", "bfloat16" if self.device == "cuda" else "float32")
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            raise InvalidArgumentError(
-                "attention_backend", f"must be one of {', '.join(ATTENTION_BACKENDS)}, got {self.attention_backend!r}"
-            )
-        if self.attention_backend == "auto":
-            object.__setattr__(self, "attention_backend", "triton" if self.device == "cuda" else "torch")
         if self.attention_backend in ("triton", "flashinfer") and self.device != "cuda":
             raise InvalidArgumentError(
                 "attention_backend", f"{self.attention_backend!r} runs on cuda only; on {self.device!r} use 'torch'"
             )
         if self.cuda_graph_max_batch < 0:
             raise InvalidArgumentError("cuda_graph_max_batch", f"must be >= 0, got {self.cuda_graph_max_batch}")
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise InvalidArgumentError(
-                "kv_cache_dtype", f"must be one of {', '.join(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}"
-            )
-        if self.kv_cache_dtype == "auto":
-            object.__setattr__(self, "kv_cache_dtype", self.dtype)
         if self.kv_cache_dtype not in ("tkv", self.dtype) and self.attention_backend != "torch":
             raise InvalidArgumentError(
                 "kv_cache_dtype",
@@ -148,6 +167,11 @@ class EngineConfig:
         parse_kv_bits(self.kv_bits)
 
     @property
+    def scheduling_limits(self) -> SchedulingLimits:
+        """The scheduling limits alone, as the scheduler and the admin API hold them."""
+        return SchedulingLimits(**{name: getattr(self, name) for name in SchedulingLimits.names()})
+
+    @property
     def cuda_graph_batch(self) -> int:
         """The largest decode batch captured as a CUDA graph: none is needed beyond the running batch limit."""
         return min(self.cuda_graph_max_batch, self.max_running_requests)
@@ -167,6 +191,33 @@ class EngineConfig:
     @property
     def kv_cache_memory_bytes(self) -> int:
         return self.kv_cache_memory_mib * MIB
+
+
+def resolve_auto_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` with "auto" replaced by what the device runs: dtype bfloat16 on cuda, float32 on cpu; the
+    triton attention backend on cuda, torch on cpu; a KV cache in the weights' dtype. The values are checked
+    first, so a bad one is refused under its own name."""
+    fields = {entry.name: entry for entry in dataclasses.fields(EngineConfig)}
+    resolved = {name: settings.get(name, fields[name].default) for name in ("device", "dtype", "attention_backend",
+                                                                            "kv_cache_dtype")}
+    device = resolved["device"]
+    if device not in ("cpu", "cuda"):
+        raise InvalidArgumentError("device", f"must be 'cpu' or 'cuda', got {device!r}")
+    if resolved["dtype"] not in ("auto", "float32", "bfloat16"):
+        raise InvalidArgumentError("dtype", f"must be 'auto', 'float32' or 'bfloat16', got {resolved['dtype']!r}")
+    if resolved["attention_backend"] not in ATTENTION_BACKENDS:
+        raise InvalidArgumentError("attention_backend", f"must be one of {', '.join(ATTENTION_BACKENDS)}, "
+                                                        f"got {resolved['attention_backend']!r}")
+    if resolved["kv_cache_dtype"] not in KV_CACHE_DTYPES:
+        raise InvalidArgumentError("kv_cache_dtype", f"must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                                                     f"got {resolved['kv_cache_dtype']!r}")
+    if resolved["dtype"] == "auto":
+        resolved["dtype"] = "bfloat16" if device == "cuda" else "float32"
+    if resolved["attention_backend"] == "auto":
+        resolved["attention_backend"] = "triton" if device == "cuda" else "torch"
+    if resolved["kv_cache_dtype"] == "auto":
+        resolved["kv_cache_dtype"] = resolved["dtype"]
+    return {**settings, **resolved}
 
 
 def check_kv_exact_blocks(exact_blocks: int, block_size: int) -> None:

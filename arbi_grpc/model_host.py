@@ -17,11 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
-from arbi_grpc.config import EngineConfig
+from arbi_grpc.config import EngineConfig, SchedulingLimits
 from arbi_grpc.engine.engine import Engine
-from arbi_grpc.engine.scheduler import SchedulerLimits
 from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError, UnavailableError
-from arbi_grpc.runtime_settings import RuntimeSettings
 from arbi_grpc.serving import ServedModel
 
 log = logging.getLogger(__name__)
@@ -176,10 +174,10 @@ class ModelHost:
 
     # -- runtime settings --------------------------------------------------------------------------
 
-    def runtime_settings(self) -> RuntimeSettings:
-        return RuntimeSettings.of(self._config)
+    def runtime_settings(self) -> SchedulingLimits:
+        return self._config.scheduling_limits
 
-    async def update_runtime_settings(self, settings: RuntimeSettings) -> RuntimeSettings:
+    async def update_runtime_settings(self, settings: SchedulingLimits) -> SchedulingLimits:
         """Applies validated settings to the config new models load with and to the resident engine. More running
         requests than the resident engine was built for is refused: its tail slots (and a TKV cache's sink rows)
         are sized at load."""
@@ -221,13 +219,8 @@ class ModelHost:
         return served
 
     @staticmethod
-    async def _apply(engine: Engine, settings: RuntimeSettings) -> None:
-        limits = SchedulerLimits(
-            max_running=settings.max_running_requests,
-            max_step_tokens=settings.max_step_tokens,
-            max_prefill_chunk_tokens=settings.max_prefill_chunk_tokens,
-        )
-        await asyncio.wrap_future(engine.update_limits(limits, settings.max_waiting_requests))
+    async def _apply(engine: Engine, limits: SchedulingLimits) -> None:
+        await asyncio.wrap_future(engine.update_limits(limits))
 
     @contextlib.contextmanager
     def _exclusive(self, operation: str) -> Iterator[None]:

@@ -15,7 +15,7 @@ from arbi_grpc.engine.input_processor import InputProcessor
 from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
-from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
+from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget
 from arbi_grpc.memory.estimate import estimate_budget
@@ -140,16 +140,11 @@ def assemble_engine(
         scheduler=Scheduler(
             KVCacheManager(runner.kv_cache.num_blocks, config.block_size, config.enable_prefix_cache,
                            _num_sink_blocks(runner.kv_cache)),
-            SchedulerLimits(
-                max_running=config.max_running_requests,
-                max_step_tokens=config.max_step_tokens,
-                max_prefill_chunk_tokens=config.max_prefill_chunk_tokens,
-            ),
+            config.scheduling_limits,
         ),
         runner=runner,
         tokenizer=tokenizer,
         output_processor=OutputProcessor(eos_token_ids, max_model_len),
-        max_waiting_requests=config.max_waiting_requests,
         observer=observer,
         overlap_steps=config.overlap_steps,
     )

@@ -22,11 +22,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOutput
 from arbi_grpc.engine.sampler import SamplingState
-from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
+from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.engine.sequence import OutputSink, Sequence, SequenceStatus
 from arbi_grpc.engine.step_pipeline import StepPipeline
 from arbi_grpc.errors import ArbiError, ResourceExhaustedError, UnavailableError
@@ -92,8 +93,8 @@ class Engine:
     """Continuous batching over a paged KV cache, driven by a background thread."""
 
     def __init__(self, scheduler: Scheduler, runner: ModelRunner, tokenizer: TextTokenizer,
-                 output_processor: OutputProcessor, max_waiting_requests: int,
-                 observer: EngineObserver | None = None, overlap_steps: bool = True) -> None:
+                 output_processor: OutputProcessor, observer: EngineObserver | None = None,
+                 overlap_steps: bool = True) -> None:
         self.scheduler = scheduler
         self.observer: EngineObserver = observer or NoEngineObserver()  # called on the engine thread only
         self.runner = runner
@@ -101,7 +102,6 @@ class Engine:
         self.outputs = output_processor
         self.pipeline = StepPipeline(scheduler, runner, output_processor, self.observer, self._finish,
                                      overlap_steps)
-        self.max_waiting_requests = max_waiting_requests
         self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Call | _Shutdown] = queue.SimpleQueue()
         self._sequences: dict[str, Sequence] = {}
         self._lock = threading.Lock()
@@ -120,9 +120,10 @@ class Engine:
             if self._closed:
                 raise self._failure or UnavailableError("the model's engine is shutting down; retry")
             queued = self._num_pending + self._num_waiting
-            if queued >= self.max_waiting_requests:
+            max_waiting_requests = self.scheduler.limits.max_waiting_requests
+            if queued >= max_waiting_requests:
                 raise ResourceExhaustedError(
-                    f"the waiting queue is full ({queued} of {self.max_waiting_requests} requests); "
+                    f"the waiting queue is full ({queued} of {max_waiting_requests} requests); "
                     "retry later"
                 )
             self._num_pending += 1
@@ -163,11 +164,10 @@ class Engine:
             ]
         return self.call(snapshot)
 
-    def update_limits(self, limits: SchedulerLimits, max_waiting_requests: int) -> Future:
+    def update_limits(self, limits: SchedulingLimits) -> Future:
         """Replaces the scheduling limits from the next step on."""
         def apply() -> None:
             self.scheduler.limits = limits
-            self.max_waiting_requests = max_waiting_requests
         return self.call(apply)
 
     def set_overlap_steps(self, enabled: bool) -> Future:

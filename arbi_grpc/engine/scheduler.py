@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.request import Priority
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
@@ -71,20 +72,13 @@ class ScheduledStep:
         return sum(chunk.num_tokens for chunk in self.chunks)
 
 
-@dataclass(frozen=True)
-class SchedulerLimits:
-    max_running: int
-    max_step_tokens: int
-    max_prefill_chunk_tokens: int
-
-
 class Scheduler:
     """Owns the waiting queue, the running batch, the sequences' KV blocks and their tail slots."""
 
-    def __init__(self, kv: KVCacheManager, limits: SchedulerLimits) -> None:
+    def __init__(self, kv: KVCacheManager, limits: SchedulingLimits) -> None:
         self.kv = kv
         self.limits = limits
-        self.tail_slots = TailSlots(limits.max_running)
+        self.tail_slots = TailSlots(limits.max_running_requests)
         self.waiting = WaitingQueue()
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0  # since start, for metrics and tests
@@ -135,7 +129,7 @@ class Scheduler:
         return sum(1 for s in self.running if s.tail_slot is not None)
 
     def _has_batch_slot(self) -> bool:
-        return self._num_batch_slots_taken() < self.limits.max_running and self.tail_slots.num_free > 0
+        return self._num_batch_slots_taken() < self.limits.max_running_requests and self.tail_slots.num_free > 0
 
     def _chunk_size(self, sequence: Sequence, budget: int, contended: bool) -> int:
         """Tokens to compute for `sequence` this step: a prefill chunk is capped while another prefill

@@ -15,10 +15,10 @@ from arbi_client.arbi.v1 import admin_service_pb2 as pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as pb_grpc
 
 from arbi_grpc import __version__
+from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError
 from arbi_grpc.model_host import FailedPreconditionError, ModelHost
 from arbi_grpc.models.model_cache import list_cached_models
-from arbi_grpc.runtime_settings import RuntimeSettings
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers import admin_conversion as convert
 from arbi_grpc.servicers.admin_kv_reload import reload_kv_calibration
@@ -135,11 +135,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         paths = list(request.update_mask.paths)
         if not paths:
             await abort_with(context, InvalidArgumentError(
-                "update_mask", f"name the fields to change, among {', '.join(RuntimeSettings.names())}"))
+                "update_mask", f"name the fields to change, among {', '.join(SchedulingLimits.names())}"))
         values = {path: getattr(request.config, path, 0) for path in paths}
-        problems = RuntimeSettings.check(values)
+        problems = SchedulingLimits.check(values)
         if problems:
-            known = RuntimeSettings.names()
+            known = SchedulingLimits.names()
             violations = [(f"config.{name}" if name in known else "update_mask.paths", description)
                           for name, description in problems]
             message = "; ".join(f"{field}: {description}" for field, description in violations)

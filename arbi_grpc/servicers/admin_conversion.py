@@ -8,11 +8,11 @@ import dataclasses
 
 from arbi_client.arbi.v1 import admin_types_pb2 as admin_pb
 
+from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.measure import tensor_bytes
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
-from arbi_grpc.runtime_settings import RuntimeSettings
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.serving import ServedModel
 
@@ -27,11 +27,11 @@ def model_info(served: ServedModel) -> admin_pb.ModelInfo:
     )
 
 
-def runtime_config(settings: RuntimeSettings) -> admin_pb.RuntimeConfig:
+def runtime_config(settings: SchedulingLimits) -> admin_pb.RuntimeConfig:
     return admin_pb.RuntimeConfig(**dataclasses.asdict(settings))
 
 
-def server_limits(config: ServerConfig, settings: RuntimeSettings,
+def server_limits(config: ServerConfig, settings: SchedulingLimits,
                   generate_token_required: bool) -> admin_pb.ServerLimits:
     return admin_pb.ServerLimits(
         max_message_bytes=config.max_message_bytes,

@@ -28,8 +28,9 @@ def _hidden_and_logits(model: CausalLM, query_lens: list[int], seq_lens: list[in
     cache = PagedKVCache.for_model(config, num_blocks=8, block_size=16, dtype=torch.float32, device=CPU)
     tables = [[0, 1], [2, 3]]
     with torch.inference_mode():
-        prefix = AttentionMetadata.build(query_lens=[seq_lens[1] - query_lens[1]], seq_lens=[seq_lens[1] - query_lens[1]],
-                                         block_tables=[tables[1]], block_size=16, device=CPU)
+        prefix_len = seq_lens[1] - query_lens[1]
+        prefix = AttentionMetadata.build(query_lens=[prefix_len], seq_lens=[prefix_len], block_tables=[tables[1]],
+                                         block_size=16, device=CPU)
         prefix_positions = token_positions(prefix.query_lens_host, prefix.seq_lens_host, CPU)
         model(torch.arange(len(prefix_positions)) % config.vocab_size, prefix_positions, prefix, cache)
         metadata = AttentionMetadata.build(query_lens=query_lens, seq_lens=seq_lens, block_tables=tables,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
-from arbi_grpc.config import EngineConfig
+from arbi_grpc.config import EngineConfig, SchedulingLimits
 from arbi_grpc.config_flags import add_flags, resolve
 from arbi_grpc.errors import InvalidArgumentError
 
@@ -44,6 +45,37 @@ def test_auto_settings_resolve_per_device() -> None:
     cpu, cuda = EngineConfig(device="cpu"), EngineConfig(device="cuda")
     assert (cpu.dtype, cpu.attention_backend, cpu.kv_cache_dtype) == ("float32", "torch", "float32")
     assert (cuda.dtype, cuda.attention_backend, cuda.kv_cache_dtype) == ("bfloat16", "triton", "bfloat16")
+
+
+def test_auto_is_resolved_before_the_frozen_fields_are_set() -> None:
+    config = EngineConfig(device="cuda", dtype="auto", attention_backend="auto", kv_cache_dtype="auto")
+    assert (config.dtype, config.attention_backend, config.kv_cache_dtype) == ("bfloat16", "triton", "bfloat16")
+    assert dataclasses.replace(config, block_size=32) == EngineConfig(device="cuda", block_size=32)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.dtype = "float32"  # type: ignore[misc]
+    with pytest.raises(InvalidArgumentError, match="dtype: must be 'auto', 'float32' or 'bfloat16', got 'int8'"):
+        EngineConfig(dtype="int8")
+    with pytest.raises(InvalidArgumentError, match="attention_backend: must be one of auto, torch, triton"):
+        EngineConfig(attention_backend="xla")
+
+
+def test_the_scheduling_limits_are_one_type_from_flag_to_scheduler() -> None:
+    names = SchedulingLimits.names()
+    assert names == ("max_running_requests", "max_step_tokens", "max_prefill_chunk_tokens", "max_waiting_requests",
+                     "default_max_output_tokens")
+    config = resolve(EngineConfig, _parse(["--max-running-requests", "8"]), environ={"ARBI_MAX_WAITING_REQUESTS": "5"})
+    assert config.scheduling_limits == SchedulingLimits(max_running_requests=8, max_waiting_requests=5)
+    assert type(config.scheduling_limits) is SchedulingLimits
+    assert {f.name: f.default for f in dataclasses.fields(SchedulingLimits)} == {
+        name: getattr(EngineConfig(), name) for name in names}
+    assert SchedulingLimits.check({"max_step_tokens": 0, "max_tokens": 3}) == [
+        ("max_step_tokens", "must be > 0, got 0"),
+        ("max_tokens", f"'max_tokens' is not a runtime setting; known: {', '.join(names)}"),
+    ]
+    with pytest.raises(InvalidArgumentError, match="max_prefill_chunk_tokens: must be > 0, got -1"):
+        SchedulingLimits(max_prefill_chunk_tokens=-1)
+    with pytest.raises(InvalidArgumentError, match="max_waiting_requests: must be > 0, got 0"):
+        resolve(EngineConfig, _parse(["--max-waiting-requests", "0"]), environ={})
 
 
 def test_kv_exact_blocks_is_a_tkv_window_of_one_to_sixteen_blocks_within_one_kernel_tile() -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.request import GenerationRequest, Priority, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
+from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
 
 BLOCK_SIZE = 4
@@ -19,8 +20,8 @@ def _scheduler(num_blocks: int, max_running: int, budget: int, chunk: int | None
                prefix_cache: bool = False, num_sink_blocks: int | None = None) -> Scheduler:
     return Scheduler(
         KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache, num_sink_blocks),
-        SchedulerLimits(max_running=max_running, max_step_tokens=budget,
-                        max_prefill_chunk_tokens=chunk or budget),
+        SchedulingLimits(max_running_requests=max_running, max_step_tokens=budget,
+                         max_prefill_chunk_tokens=chunk or budget),
     )
 
 

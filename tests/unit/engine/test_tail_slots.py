@@ -10,11 +10,12 @@ import random
 import pytest
 import torch
 
+from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.kv_cache_manager import KVCacheManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.request import GenerationRequest, Priority, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep, Scheduler, SchedulerLimits
+from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep, Scheduler
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
 from arbi_grpc.engine.tail_slots import TailSlots
 from arbi_grpc.models.kv_cache import PagedKVCache
@@ -43,8 +44,8 @@ def test_slots_are_taken_lowest_first_and_refusals_name_the_slot() -> None:
 def _scheduler(num_blocks: int, max_running: int, budget: int, prefix_cache: bool = False,
                num_sink_blocks: int | None = None) -> Scheduler:
     return Scheduler(KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache, num_sink_blocks),
-                     SchedulerLimits(max_running=max_running, max_step_tokens=budget,
-                                     max_prefill_chunk_tokens=max(1, budget // 2)))
+                     SchedulingLimits(max_running_requests=max_running, max_step_tokens=budget,
+                                      max_prefill_chunk_tokens=max(1, budget // 2)))
 
 
 def _sequence(index: int, prompt: list[int], max_output_tokens: int,
@@ -184,7 +185,8 @@ def test_preemption_and_finish_release_the_slot_and_readmission_takes_one_again(
 
 def test_a_max_running_raised_after_construction_is_capped_by_the_tail_slots() -> None:
     scheduler = _scheduler(64, max_running=2, budget=64)
-    scheduler.limits = SchedulerLimits(max_running=4, max_step_tokens=64, max_prefill_chunk_tokens=32)  # admin update
+    scheduler.limits = SchedulingLimits(max_running_requests=4, max_step_tokens=64,  # an admin update
+                                        max_prefill_chunk_tokens=32)
     sequences = [_sequence(i, [10 * i + 1, 10 * i + 2], 8) for i in range(4)]
     for sequence in sequences:
         scheduler.add(sequence)
