@@ -4,7 +4,7 @@ and reflection services, with the transport limits of a ServerConfig.
 `GrpcServer` runs a grpc.aio server on its own event loop thread, so the CLI, tests and benchmarks start
 and stop it the same way. Health follows readiness: NOT_SERVING (overall and for GenerateService) while no
 model is resident and during a drain, SERVING when a request can be admitted. Every RPC is counted by the
-metrics interceptor; `GET /metrics` is served on a port of its own when `metrics_port` is set.
+metrics interceptor; `GET /metrics` is served on a port of its own unless `metrics_port` is 0.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ class GrpcServer:
                  config: ServerConfig | None = None, loader: ModelLoader = build_served_model,
                  observability: ObservabilityConfig | None = None) -> None:
         self.config = config or ServerConfig()
-        self.observability = observability or ObservabilityConfig()
+        # In-process servers (tests, benchmarks, applications embedding one) open no metrics endpoint unless
+        # given one; `arbi-serve serve` passes the flags' config, whose default port is on.
+        self.observability = observability or ObservabilityConfig(metrics_port=0)
         self.metrics = ServerMetrics(lambda: self.served.metrics if self.served else None)
         self.metrics_exporter: MetricsExporter | None = None  # serving GET /metrics when metrics_port is set
         self.credentials: Credentials = load_credentials(self.config, default_cache_root().parent)
