@@ -122,8 +122,8 @@ class Engine:
             queued = self._num_pending + self._num_waiting
             if queued >= self.max_waiting_requests:
                 raise ResourceExhaustedError(
-                    f"the waiting queue is full ({queued} of {self.max_waiting_requests} requests); "
-                    "retry later"
+                    f"the waiting queue is full: {queued} requests wait, the limit max_waiting_requests is "
+                    f"{self.max_waiting_requests}; retry later"
                 )
             self._num_pending += 1
             # Under the lock, so a submit is never queued behind a _Shutdown.

@@ -48,7 +48,8 @@ class GatewayConfig:
                 raise InvalidArgumentError(name, f"must be >= 1, got {getattr(self, name)}")
         url = self.upstream_metrics_url
         if url not in ("", _AUTO) and not url.startswith(("http://", "https://")):
-            raise InvalidArgumentError("upstream_metrics_url", f"must be '{_AUTO}', empty or an http(s) URL, got {url!r}")
+            raise InvalidArgumentError("upstream_metrics_url",
+                                       f"must be '{_AUTO}', empty or an http(s) URL, got {url!r}")
         if self.max_output_tokens_limit < 0:
             raise InvalidArgumentError(
                 "max_output_tokens_limit", f"must be >= 0, got {self.max_output_tokens_limit}"
