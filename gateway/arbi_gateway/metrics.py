@@ -27,7 +27,8 @@ class GatewayMetrics:
         self.in_flight = Gauge("arbi_gateway_http_requests_in_flight", "HTTP requests being answered "
                                "(streams included).", registry=self.registry)
         self.upstream_metrics_up = Gauge("arbi_gateway_upstream_metrics_up", "1 when this scrape carries the "
-                                         "upstream server's metric families, 0 when they could not be read.",
+                                         "upstream server's metric families, 0 when they could not be read "
+                                         "or none are configured (--upstream-metrics-url).",
                                          registry=self.registry)
 
     def exposition(self) -> bytes:
