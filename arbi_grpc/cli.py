@@ -28,6 +28,7 @@ DEFAULT_PORT = 50051
 DEFAULT_HTTP_PORT = 8000
 _TOKEN_ENV = "ARBI_GENERATE_TOKEN"  # the same variable sets the server's generate_token
 _SERVE_BOOT_TIMEOUT_S = 600.0
+_CHAT_WAIT_S = 120.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,9 @@ def _build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     chat.add_argument("--token", default=os.environ.get(_TOKEN_ENV, ""),
                       help=f"the server's generate token, when it requires one (default: ${_TOKEN_ENV})")
+    chat.add_argument("--wait-s", type=float, default=_CHAT_WAIT_S,
+                      help=f"how long to wait for the server to become ready, in seconds (default "
+                           f"{_CHAT_WAIT_S:.0f}; 0: do not wait)")
     chat.set_defaults(handler=_chat)
 
     pull = commands.add_parser("pull", help="import a model into the local cache without serving it")
@@ -159,14 +163,12 @@ def _run(args: argparse.Namespace) -> int:
 def _start_gateway(upstream: str, http_port: int) -> None:
     """Starts the REST/OpenAI gateway in the background unless one for `upstream` answers already."""
     from arbi_gateway.process import GatewayProcess, gateway_upstream
-    from arbi_grpc.server_config import ADMIN_TOKEN_FILE_NAME
 
     url = f"http://127.0.0.1:{http_port}"
     running = gateway_upstream(url)
     if running is None:
         log_path = _state_dir() / f"gateway-{http_port}.log"
-        arguments = ["--upstream", upstream, "--http-port", str(http_port),
-                     "--admin-token-file", str(_state_dir().parent / ADMIN_TOKEN_FILE_NAME)]
+        arguments = ["--upstream", upstream, "--http-port", str(http_port)]
         try:
             gateway = GatewayProcess.spawn(arguments, log_path, detach=True)
         except RuntimeError:
@@ -205,13 +207,19 @@ def _repl(target: str, options) -> int:
 def _chat(args: argparse.Namespace) -> int:
     import grpc
 
-    from arbi_grpc.chat_client import ChatOptions, grpc_target, stream_chat
+    from arbi_grpc.chat_client import ChatOptions, grpc_target, is_serving, stream_chat, wait_until_serving
 
     prompt = args.prompt if args.prompt is not None else sys.stdin.read().strip()
+    target = grpc_target(args.url)
+    if args.wait_s > 0 and not is_serving(target):
+        print(f"waiting up to {args.wait_s:.0f} s for {target} to become ready ...", file=sys.stderr)
+        if not wait_until_serving(target, args.wait_s):
+            print(f"arbi-serve: error: {target} did not become ready within {args.wait_s:.0f} s", file=sys.stderr)
+            return 1
     options = ChatOptions(max_output_tokens=args.max_tokens, temperature=args.temperature, model=args.model,
                           token=args.token)
     try:
-        for piece in stream_chat(grpc_target(args.url), [{"role": "user", "content": prompt}], options):
+        for piece in stream_chat(target, [{"role": "user", "content": prompt}], options):
             print(piece, end="", flush=True)
     except grpc.RpcError as error:
         print(f"\narbi-serve: error: {error.code().name}: {error.details()}", file=sys.stderr)

@@ -1,10 +1,10 @@
 """The gRPC server: GenerateService and AdminService behind the auth interceptor, plus the standard health
-and reflection services, with the transport limits of a ServerConfig.
+service and reflection (v1 and v1alpha), with the transport limits of a ServerConfig.
 
 `GrpcServer` runs a grpc.aio server on its own event loop thread, so the CLI, tests and benchmarks start
 and stop it the same way. Health follows readiness: NOT_SERVING (overall and for GenerateService) while no
 model is resident and during a drain, SERVING when a request can be admitted. Every RPC is counted by the
-metrics interceptor; `GET /metrics` is served on a port of its own when `metrics_port` is set.
+metrics interceptor; `GET /metrics` is served on a port of its own unless `metrics_port` is 0.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import threading
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc
 from arbi_client.arbi.v1 import generate_service_pb2, generate_service_pb2_grpc
@@ -27,6 +26,7 @@ from arbi_grpc.observability.exporter import MetricsExporter
 from arbi_grpc.observability.metrics import ServerMetrics
 from arbi_grpc.observability.rpc_interceptor import RpcMetricsInterceptor
 from arbi_grpc.observability.settings import ObservabilityConfig
+from arbi_grpc.reflection import enable_reflection
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers.admin import AdminServicer
 from arbi_grpc.servicers.generate import GenerateServicer
@@ -34,7 +34,7 @@ from arbi_grpc.serving import ServedModel, build_served_model
 
 GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
 ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
-_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
+_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME)
 
 
 class GrpcServer:
@@ -47,14 +47,19 @@ class GrpcServer:
     def __init__(self, model: ServedModel | EngineConfig, address: str = "127.0.0.1:0",
                  config: ServerConfig | None = None, loader: ModelLoader = build_served_model,
                  observability: ObservabilityConfig | None = None) -> None:
-        self.config = config or ServerConfig()
-        self.observability = observability or ObservabilityConfig()
+        engine_config = model.config if isinstance(model, ServedModel) else model
+        self.config = (config or ServerConfig()).with_stream_limit_for(
+            engine_config.max_running_requests, engine_config.max_waiting_requests
+        )
+        # In-process servers (tests, benchmarks, applications embedding one) open no metrics endpoint unless
+        # given one; `arbi-serve serve` passes the flags' config, whose default port is on.
+        self.observability = observability or ObservabilityConfig(metrics_port=0)
         self.metrics = ServerMetrics(lambda: self.served.metrics if self.served else None)
         self.metrics_exporter: MetricsExporter | None = None  # serving GET /metrics when metrics_port is set
         self.credentials: Credentials = load_credentials(self.config, default_cache_root().parent)
         self._health = health.aio.HealthServicer()
         served = model if isinstance(model, ServedModel) else None
-        self.host = ModelHost(model.config if served else model, loader, served, self._publish_readiness)
+        self.host = ModelHost(engine_config, loader, served, self._publish_readiness)
         self._address = address
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="arbi-grpc", daemon=True)
@@ -95,7 +100,7 @@ class GrpcServer:
             AdminServicer(self.host, self.config, bool(self.credentials.generate_token)), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(_SERVICE_NAMES, server)
+        enable_reflection(_SERVICE_NAMES, server)
         self.port = server.add_insecure_port(self._address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")

@@ -7,12 +7,14 @@ reach a log line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from arbi_grpc.config import MIB, setting
 from arbi_grpc.errors import InvalidArgumentError
 
 ADMIN_TOKEN_FILE_NAME = "admin-token"
+# Streams beyond the engine's admission capacity kept for health, admin and tokenizer calls.
+STREAM_HEADROOM = 64
 MAX_GENERATION_ID_CHARS = 128
 
 
@@ -28,7 +30,11 @@ class ServerConfig:
     host: str = setting("127.0.0.1", "address to bind")
     port: int = setting(50051, "gRPC port (0 picks a free one)")
     max_message_mib: int = setting(16, "largest message sent or received, in MiB")
-    max_concurrent_streams: int = setting(256, "most concurrent RPC streams on one HTTP/2 connection")
+    max_concurrent_streams: int = setting(
+        0, f"most concurrent RPC streams on one HTTP/2 connection (0: the engine's max_running_requests + "
+           f"max_waiting_requests + {STREAM_HEADROOM}, so a flood on one connection reaches admission and is "
+           f"refused with RESOURCE_EXHAUSTED rather than by HTTP/2)"
+    )
     keepalive_time_ms: int = setting(60_000, "interval of keepalive pings on idle connections, in ms")
     keepalive_timeout_ms: int = setting(20_000, "wait for a keepalive ping's acknowledgement, in ms")
     min_client_ping_interval_ms: int = setting(
@@ -56,8 +62,10 @@ class ServerConfig:
             raise InvalidArgumentError("host", "must not be empty")
         if not 0 < self.max_message_mib < 2048:
             raise InvalidArgumentError("max_message_mib", f"must be in [1, 2047], got {self.max_message_mib}")
+        if self.max_concurrent_streams < 0:
+            raise InvalidArgumentError("max_concurrent_streams",
+                                       f"must be >= 0 (0: derived from the engine), got {self.max_concurrent_streams}")
         positive = {
-            "max_concurrent_streams": self.max_concurrent_streams,
             "keepalive_time_ms": self.keepalive_time_ms,
             "keepalive_timeout_ms": self.keepalive_timeout_ms,
             "min_client_ping_interval_ms": self.min_client_ping_interval_ms,
@@ -76,6 +84,12 @@ class ServerConfig:
                 )
         if self.generate_token and self.generate_token == self.admin_token:
             raise InvalidArgumentError("generate_token", "must differ from admin_token")
+
+    def with_stream_limit_for(self, max_running_requests: int, max_waiting_requests: int) -> ServerConfig:
+        """This config with `max_concurrent_streams` 0 resolved against the engine's admission capacity."""
+        if self.max_concurrent_streams:
+            return self
+        return replace(self, max_concurrent_streams=max_running_requests + max_waiting_requests + STREAM_HEADROOM)
 
     @property
     def address(self) -> str:

@@ -123,8 +123,8 @@ class Engine:
             max_waiting_requests = self.scheduler.limits.max_waiting_requests
             if queued >= max_waiting_requests:
                 raise ResourceExhaustedError(
-                    f"the waiting queue is full ({queued} of {max_waiting_requests} requests); "
-                    "retry later"
+                    f"the waiting queue is full: {queued} requests wait, the limit max_waiting_requests is "
+                    f"{max_waiting_requests}; retry later"
                 )
             self._num_pending += 1
             # Under the lock, so a submit is never queued behind a _Shutdown.

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from arbi_grpc.config import setting
 from arbi_grpc.errors import InvalidArgumentError
 
+# The server's Prometheus endpoint, on by default: the OpenTelemetry Prometheus exporter's port. The
+# gateway reads the server's families from it ("auto" upstream metrics) to serve them beside its own.
+DEFAULT_METRICS_PORT = 9464
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -19,7 +22,8 @@ class ObservabilityConfig:
     """The Prometheus endpoint and the log format of one server process."""
 
     metrics_host: str = setting("127.0.0.1", "address the Prometheus metrics endpoint binds")
-    metrics_port: int = setting(0, "port of the Prometheus metrics endpoint, GET /metrics (0 = off)")
+    metrics_port: int = setting(DEFAULT_METRICS_PORT, "port of the Prometheus metrics endpoint, GET /metrics "
+                                                      "(0 = off)")
     log_format: str = setting("text", "log records as 'text' lines or one 'json' object per line")
     log_level: str = setting("info", "least severe level logged: debug (adds one record per request), "
                                      "info, warning or error")

@@ -1,6 +1,6 @@
 """GenerateService: admits and validates requests, hands them to the resident model's engine, and streams
 outputs back; Session multiplexes many generations (`session.py`); the tokenizer RPCs answer from the
-resident model's tokenizer (`tokenization.py`).
+resident model's tokenizer (`tokenization.py`); ListServedModels names the resident model.
 
 The engine thread delivers outputs into a bounded `OutputBuffer` read on this RPC's event loop. When the
 client cancels or its deadline passes, the handler is cancelled and tells the engine to stop the request,
@@ -24,6 +24,7 @@ from arbi_grpc.engine.sequence import OutputSink
 from arbi_grpc.errors import ArbiError
 from arbi_grpc.model_host import ModelHost
 from arbi_grpc.servicers import tokenization
+from arbi_grpc.servicers.admin_conversion import model_info
 from arbi_grpc.servicers.generate_conversion import (
     prompt_from_proto,
     response_from_output,
@@ -102,6 +103,12 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
         self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.CountTokensResponse:
         return await self._with_resident_tokenizer(tokenization.count_tokens, request, context)
+
+    async def ListServedModels(  # noqa: N802 (gRPC method name)
+        self, request: pb.ListServedModelsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListServedModelsResponse:
+        served = self._host.served
+        return pb.ListServedModelsResponse(models=[model_info(served)] if served is not None else [])
 
     async def _with_resident_tokenizer(self, handler, request, context: grpc.aio.ServicerContext):
         """Runs a tokenizer RPC against the model `request.model` names; engine errors become statuses."""

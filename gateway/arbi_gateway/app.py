@@ -25,6 +25,7 @@ from arbi_gateway.openapi import openapi_document
 from arbi_gateway.proto_routes import proto_routes
 from arbi_gateway.token_texts import TokenTexts
 from arbi_gateway.upstream import Upstream
+from arbi_gateway.upstream_metrics import UpstreamMetrics
 from arbi_grpc import __version__
 
 
@@ -34,12 +35,14 @@ def build_app(config: GatewayConfig) -> Starlette:
     bindings = http_bindings(public_services())
     chat_schema, completion_schema = chat_request_schema(config), completion_request_schema(config)
     document = openapi_document(__version__, chat_schema, completion_schema, bindings)
+    metrics_url = config.upstream_metrics_endpoint
+    upstream_metrics = UpstreamMetrics(metrics_url) if metrics_url else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         upstream = Upstream(config.upstream, config.upstream_channel_count)
         app.state.gateway = GatewayState(config, upstream, TokenTexts(upstream), metrics, chat_schema,
-                                         completion_schema, document)
+                                         completion_schema, document, upstream_metrics)
         try:
             yield
         finally:

@@ -2,7 +2,7 @@
 
 `arbi_grpc.config_flags` derives the `arbi-gateway` flags and `ARBI_*` environment overrides from it, as
 for the server's configs; field names say they belong to the gateway's HTTP side or its upstream so they
-do not collide with the server's variables (`admin_token_file` is shared on purpose: it names the same file).
+do not collide with the server's variables.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 from arbi_grpc.config import setting
 from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.observability.settings import DEFAULT_METRICS_PORT
 
 DEFAULT_HTTP_PORT = 8000
+_AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,10 @@ class GatewayConfig:
     max_output_tokens_limit: int = setting(
         0, "largest max_tokens a request may ask for (0: only the server's context limit applies)"
     )
-    admin_token_file: str = setting(
-        "", "file holding the server's admin token, used only to read the resident model's name for "
-            "/v1/models (empty: /v1/models forwards the caller's Authorization header)"
+    upstream_metrics_url: str = setting(
+        _AUTO, f"the server's Prometheus endpoint, whose families GET /metrics appends to the gateway's "
+               f"('{_AUTO}': port {DEFAULT_METRICS_PORT} of the upstream's host, the server's default; "
+               f"empty: the gateway's families only)"
     )
 
     def __post_init__(self) -> None:
@@ -43,7 +46,19 @@ class GatewayConfig:
         for name in ("upstream_channel_count", "max_choice_count", "max_prompt_count"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(name, f"must be >= 1, got {getattr(self, name)}")
+        url = self.upstream_metrics_url
+        if url not in ("", _AUTO) and not url.startswith(("http://", "https://")):
+            raise InvalidArgumentError("upstream_metrics_url",
+                                       f"must be '{_AUTO}', empty or an http(s) URL, got {url!r}")
         if self.max_output_tokens_limit < 0:
             raise InvalidArgumentError(
                 "max_output_tokens_limit", f"must be >= 0, got {self.max_output_tokens_limit}"
             )
+
+    @property
+    def upstream_metrics_endpoint(self) -> str:
+        """The URL GET /metrics reads the server's families from; empty when none is read."""
+        if self.upstream_metrics_url != _AUTO:
+            return self.upstream_metrics_url
+        host = self.upstream.rsplit(":", 1)[0]
+        return f"http://{host}:{DEFAULT_METRICS_PORT}/metrics"

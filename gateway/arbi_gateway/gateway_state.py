@@ -10,11 +10,13 @@ from arbi_gateway.json_schema import Schema
 from arbi_gateway.metrics import GatewayMetrics
 from arbi_gateway.token_texts import TokenTexts
 from arbi_gateway.upstream import Upstream
+from arbi_gateway.upstream_metrics import UpstreamMetrics
 
 
 @dataclass(frozen=True)
 class GatewayState:
-    """The configuration, the upstream channels, and the derived request schemas and documents."""
+    """The configuration, the upstream channels and metrics endpoint, and the derived request schemas and
+    documents."""
 
     config: GatewayConfig
     upstream: Upstream
@@ -23,3 +25,4 @@ class GatewayState:
     chat_schema: Schema
     completion_schema: Schema
     openapi: dict[str, Any]
+    upstream_metrics: UpstreamMetrics | None

@@ -1,6 +1,7 @@
 """The gateway's own Prometheus metrics (GET /metrics): HTTP requests by route, method and status, their
-durations (a streamed response counts until its last byte), and the requests in flight. The registry
-belongs to the app, so two gateways in one process never share counters.
+durations (a streamed response counts until its last byte), the requests in flight, and whether the
+upstream server's metrics could be read for the same scrape. The registry belongs to the app, so two
+gateways in one process never share counters.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ class GatewayMetrics:
                                   buckets=_DURATION_BUCKETS, registry=self.registry)
         self.in_flight = Gauge("arbi_gateway_http_requests_in_flight", "HTTP requests being answered "
                                "(streams included).", registry=self.registry)
+        self.upstream_metrics_up = Gauge("arbi_gateway_upstream_metrics_up", "1 when this scrape carries the "
+                                         "upstream server's metric families, 0 when they could not be read "
+                                         "or none are configured (--upstream-metrics-url).",
+                                         registry=self.registry)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

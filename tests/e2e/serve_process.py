@@ -57,9 +57,11 @@ class ServeProcess:
 def start_serve(model_dir: Path, log_path: Path, *flags: str, env: dict[str, str] | None = None) -> ServeProcess:
     """Boots a server on a free port and waits until it answers SERVING; fails the test with its log if not."""
     port = free_port()
+    # The metrics endpoint's default port is fixed: servers of a test run open none unless a test asks.
+    metrics = () if any(flag.startswith("--metrics-port") for flag in flags) else ("--metrics-port", "0")
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [*CLI, "serve", "--model", str(model_dir), "--port", str(port), *flags],
+            [*CLI, "serve", "--model", str(model_dir), "--port", str(port), *metrics, *flags],
             stdout=log_file, stderr=subprocess.STDOUT, env=env if env is not None else os.environ.copy(),
         )
     served = ServeProcess(process, port, log_path)

@@ -34,7 +34,8 @@ def _cli(*args: str, stdin: str | None = None, timeout: float = 120) -> subproce
 def serve_process(smollm2_dir: Path):
     port = _free_port()
     process = subprocess.Popen(
-        [*CLI, "serve", "--model", str(smollm2_dir), "--port", str(port), "--kv-cache-memory-mib", "64"],
+        [*CLI, "serve", "--model", str(smollm2_dir), "--port", str(port), "--kv-cache-memory-mib", "64",
+         "--metrics-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     if not wait_until_serving(f"127.0.0.1:{port}", 300, lambda: process.poll() is None):

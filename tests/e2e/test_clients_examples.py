@@ -1,6 +1,7 @@
-"""Every generated client's example (Go, C++, Ruby, Java, TypeScript/Node) builds from the checked-in code
-and, run as a subprocess against the real in-process server on 127.0.0.1, streams a greedy chat answer
-and reads the server's description from the admin API with the admin token."""
+"""Every client's example (Go, C++, Ruby, Java, TypeScript/Node) builds with its own build (which runs
+`buf generate` with the client's buf.gen.yaml first: no generated code is committed) and, run as a subprocess
+against the real in-process server on 127.0.0.1, streams a greedy chat answer and reads the server's
+description from the admin API with the admin token."""
 
 from __future__ import annotations
 
@@ -30,27 +31,27 @@ class ClientExample:
 
 EXAMPLES = {
     "go": ClientExample(
-        "go", ("go", "make"),
+        "go", ("buf", "go", "make"),
         build=lambda out: ["make", "-s", f"BUILD_DIR={out}"],
         run=lambda out: [str(out / "example")],
     ),
     "cpp": ClientExample(
-        "cpp", ("g++", "make", "pkg-config"),
+        "cpp", ("buf", "g++", "make", "pkg-config"),
         build=lambda out: ["make", "-s", "-j2", f"BUILD_DIR={out}"],
         run=lambda out: [str(out / "example")],
     ),
     "ruby": ClientExample(
-        "ruby", ("ruby",),
-        build=lambda out: ["ruby", "-c", "example.rb"],
+        "ruby", ("buf", "ruby", "make"),
+        build=lambda out: ["make", "-s"],
         run=lambda out: ["ruby", str(CLIENTS / "ruby" / "example.rb")],
     ),
     "java": ClientExample(
-        "java", ("javac", "jar", "java", "make"),
+        "java", ("buf", "javac", "jar", "java", "make"),
         build=lambda out: ["make", "-s", f"BUILD_DIR={out}"],
         run=lambda out: ["java", "-jar", str(out / "example.jar")],
     ),
     "typescript": ClientExample(
-        "typescript", ("node", "npm"),
+        "typescript", ("buf", "node", "npm"),
         build=lambda out: ["npm", "run", "--silent", "build"],
         run=lambda out: ["node", str(CLIENTS / "typescript" / "dist" / "src" / "example.js")],
     ),

@@ -36,9 +36,8 @@ def _env_without_torch(scratch: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     scratch = tmp_path_factory.mktemp("gateway-http")
-    token_file = served_smollm2.credentials.admin_token_path
     process = GatewayProcess.spawn(
-        ["--upstream", served_smollm2.target, "--http-port", "0", "--admin-token-file", str(token_file)],
+        ["--upstream", served_smollm2.target, "--http-port", "0", "--upstream-metrics-url", ""],
         scratch / "gateway.log", env=_env_without_torch(scratch / "no-torch"),
     )
     yield process

@@ -73,11 +73,13 @@ def test_list_and_describe_through_reflection(served_smollm2) -> None:
     target = served_smollm2.target
     assert set(_plain(target, "list").split()) == {
         "arbi.v1.AdminService", "arbi.v1.GenerateService", "grpc.health.v1.Health",
-        "grpc.reflection.v1alpha.ServerReflection",
+        "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
     }
     methods = _plain(target, "list", "arbi.v1.GenerateService").split()
     assert sorted(methods) == [f"arbi.v1.GenerateService.{m}" for m in
-                               ("CountTokens", "Detokenize", "Generate", "Session", "Tokenize")]
+                               ("CountTokens", "Detokenize", "Generate", "ListServedModels", "Session", "Tokenize")]
+    described = _plain(target, "describe", "grpc.reflection.v1.ServerReflection")
+    assert "rpc ServerReflectionInfo ( stream .grpc.reflection.v1.ServerReflectionRequest )" in described
     described = _plain(target, "describe", "arbi.v1.SessionRequest")
     assert "oneof action" in described and ".arbi.v1.StartGeneration start = 1;" in described
     described = _plain(target, "describe", "arbi.v1.AdminService")
@@ -110,6 +112,8 @@ def test_stream_a_generation_a_session_and_the_tokenizer(served_smollm2) -> None
     counted = _grpcurl(target, "arbi.v1.GenerateService/CountTokens", data={"chat": chat}).messages[0]
     assert counted["token_count"] > 5
     assert counted["max_context_tokens"] == served_smollm2.served.max_model_len
+    served = _grpcurl(target, "arbi.v1.GenerateService/ListServedModels", data={}).messages[0]
+    assert [model["name"] for model in served["models"]] == [served_smollm2.served.name]
 
 
 def test_every_admin_rpc_with_the_admin_token(served_smollm2) -> None:

@@ -19,9 +19,8 @@ QUESTION = "What is the capital of France?"
 
 @pytest.fixture(scope="module")
 def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    token_file = served_smollm2.credentials.admin_token_path
     process = GatewayProcess.spawn(
-        ["--upstream", served_smollm2.target, "--http-port", "0", "--admin-token-file", str(token_file)],
+        ["--upstream", served_smollm2.target, "--http-port", "0"],
         tmp_path_factory.mktemp("gateway-openai") / "gateway.log",
     )
     yield process

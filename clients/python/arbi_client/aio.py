@@ -12,6 +12,7 @@ from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
 from arbi_client.arbi.v1 import admin_types_pb2 as admin_types
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
+from arbi_client.channel_options import CHANNEL_OPTIONS
 from arbi_client.requests import Messages, bearer, chat_input, chat_request
 
 
@@ -20,7 +21,7 @@ class AsyncArbiClient:
 
     def __init__(self, target: str, *, token: str | None = None, admin_token: str | None = None,
                  channel: grpc.aio.Channel | None = None) -> None:
-        self._channel = channel or grpc.aio.insecure_channel(target)
+        self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._generate = pb_grpc.GenerateServiceStub(self._channel)
         self._admin = admin_grpc.AdminServiceStub(self._channel)
         self._token = bearer(token)
@@ -74,6 +75,11 @@ class AsyncArbiClient:
         request = pb.CountTokensRequest(model=model, prompt=prompt) if messages is None else \
             pb.CountTokensRequest(model=model, chat=chat_input(messages))
         return await self._generate.CountTokens(request, metadata=self._token)
+
+    async def list_served_models(self) -> list[admin_types.ModelInfo]:
+        """The models this server generates with (the resident one, or none)."""
+        response = await self._generate.ListServedModels(pb.ListServedModelsRequest(), metadata=self._token)
+        return list(response.models)
 
     # -- AdminService ------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
 from arbi_client.arbi.v1 import admin_types_pb2 as admin_types
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
+from arbi_client.channel_options import CHANNEL_OPTIONS
 from arbi_client.requests import Messages, bearer, chat_input, chat_request
 
 
@@ -25,7 +26,7 @@ class ArbiClient:
 
     def __init__(self, target: str, *, token: str | None = None, admin_token: str | None = None,
                  channel: grpc.Channel | None = None) -> None:
-        self._channel = channel or grpc.insecure_channel(target)
+        self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._generate = pb_grpc.GenerateServiceStub(self._channel)
         self._admin = admin_grpc.AdminServiceStub(self._channel)
         self._token = bearer(token)
@@ -78,6 +79,10 @@ class ArbiClient:
         request = pb.CountTokensRequest(model=model, prompt=prompt) if messages is None else \
             pb.CountTokensRequest(model=model, chat=chat_input(messages))
         return self._generate.CountTokens(request, metadata=self._token)
+
+    def list_served_models(self) -> list[admin_types.ModelInfo]:
+        """The models this server generates with (the resident one, or none)."""
+        return list(self._generate.ListServedModels(pb.ListServedModelsRequest(), metadata=self._token).models)
 
     # -- AdminService ------------------------------------------------------------------------------
 
