@@ -1,2 +1,1 @@
-"""The TKV codec study: the scripts behind the quality study of docs/tkv.md, their shared harness, and their
-results/."""
+"""The TKV codec study: the scripts behind docs/tkv_study.md, their shared harness, and their results/."""

@@ -1,4 +1,4 @@
-"""Confirm TKV settings on the 12 test windows of the wikitext protocol (docs/tkv.md), on the CPU if need be.
+"""Confirm TKV settings on the 12 test windows of the wikitext protocol (docs/tkv_study.md), on the CPU if need be.
 
 Two kinds of rows:
 - uniform bits, calibrated through the package API (`calibrate_tkv`, rotation, centering, "mse" scales) on

@@ -1,4 +1,4 @@
-"""Study: finer TKV groups at (nearly) equal bytes through low-bit per-group metadata (docs/tkv.md, "Study: 8-bit
+"""Study: finer TKV groups at (nearly) equal bytes through low-bit per-group metadata (docs/tkv_study.md, "Study: 8-bit
 group metadata"). Fake quantization only: the storage format, kernels and engine are unchanged.
 
 Today a group of G channels stores an fp16 step and an fp16 zero (32/G bits per channel). The coded format stores,

@@ -1,7 +1,7 @@
 """TKV quality study on SmolLM2-135M: perplexity of the wikitext protocol with K/V through the codec, for a
 grid of rotation / calibration / group size / bit settings and a greedy per-layer bit allocation.
 
-Run from the repository root (see docs/tkv.md for the exact command and the results):
+Run from the repository root (see docs/tkv_study.md for the exact command and the results):
   python -m benchmarks.tkv_study.study --wikitext tests/data/wikitext-2/wiki.test.raw --out results.jsonl
 """
 
