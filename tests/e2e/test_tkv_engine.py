@@ -3,7 +3,7 @@ server's loss, the setting and its memory in the admin API, ReloadKvCalibration 
 one serving on failure), and boot refusals (no bundle, bad bits, another model's bundle, a corrupt bundle).
 
 The bundles here are uncalibrated (`TkvCalibration.uniform`: rotation only), which K8V8 does not need; the
-calibrated quality table comes from arbi_grpc/benchmarks/tkv_perplexity.py.
+calibrated quality table comes from benchmarks/tkv_perplexity.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 import torch
 
-from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import FinishReason, GenerationRequest
@@ -18,6 +17,7 @@ from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.models.attention_selection import build_kv_cache
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.serving import assemble_engine, build_runner
+from benchmarks.gpu_decode import synthetic_tokenizer
 from tests.unit.engine.stream_harness import (
     Outputs,
     assert_same_streams,

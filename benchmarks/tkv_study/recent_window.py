@@ -8,9 +8,9 @@ the N - 1 blocks before it: what a paged cache gets by quantizing a block only o
 blocks past it. Bundles come from `arbi-serve calibrate` (the engine's protocol); `--kv-bits`
 overrides their bits as `--kv-bits` does at boot.
 
-    PYTHONPATH=. python docs/tkv_study/recent_window.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
+    python -m benchmarks.tkv_study.recent_window --wikitext tests/data/wikitext-2/wiki.test.raw \\
         --token-cache build/tkv_study/wikitext_ids.pt --bundle build/tkv_b44 --kv-bits 4/4 3/3 \\
-        --recent 0 16 64 --out docs/tkv_study/results/recent_window.json
+        --recent 0 16 64 --out benchmarks/tkv_study/results/recent_window.json
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv
 
-import harness
-from allocation import sink_preserving_transform
 from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.engine_calibration import with_kv_bits
-from confirm import load_ids
-from harness import StudyModel, default_gguf_path, split_windows
+from benchmarks.tkv_study import harness
+from benchmarks.tkv_study.allocation import sink_preserving_transform
+from benchmarks.tkv_study.confirm import load_ids
+from benchmarks.tkv_study.harness import StudyModel, default_gguf_path, split_windows
 
 RECENT_ATTENTION_NAME = "tkv_recent_window"
 TAIL_BLOCK_SIZE = 16  # the engine's default KV block

@@ -9,7 +9,7 @@ of copies) and the L2 is flushed before every timing, so weights come from DRAM 
 is the bytes moved (weight, x, out) over the device-to-device copy bandwidth measured in the same run.
 Prints the table, the best tiles per shape as TUNED_TILES entries for arbi_kernels/skinny_matmul.py and the
 projections' share of one Llama-3-8B decode step; writes JSON.
-Usage: python kernels/bench_skinny_matmul.py [--rows 1,8] [--output bench-results/skinny_matmul.json]
+Usage: python -m benchmarks.skinny_matmul [--rows 1,8] [--output bench-results/skinny_matmul.json]
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from arbi_kernels.reference import skinny_matmul_reference
 from arbi_kernels.skinny_matmul import (
     MAX_SPLIT_K,
     PROGRAMS_PER_SM,
@@ -37,8 +36,9 @@ from arbi_kernels.skinny_matmul import (
     row_bucket,
     skinny_matmul,
 )
-from arbi_kernels.testing import tolerance
-from bench_kernels import copy_bandwidth_bytes_per_s
+from benchmarks.kernels import copy_bandwidth_bytes_per_s
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import skinny_matmul_reference
 
 DTYPE = torch.bfloat16
 CALLS_PER_GRAPH = 20
@@ -288,7 +288,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=Path("bench-results/skinny_matmul.json"))
     arguments = parser.parse_args()
     if not torch.cuda.is_available():
-        print("bench_skinny_matmul.py needs a CUDA GPU", file=sys.stderr)
+        print("benchmarks/skinny_matmul.py needs a CUDA GPU", file=sys.stderr)
         return 2
     rows = [int(value) for value in arguments.rows.split(",")]
     started = time.perf_counter()

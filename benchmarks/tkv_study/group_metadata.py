@@ -1,4 +1,4 @@
-"""Study: finer TKV groups at (nearly) equal bytes through low-bit per-group metadata (docs/tkv.md, "Study: 8-bit
+"""Study: finer TKV groups at (nearly) equal bytes through low-bit per-group metadata (docs/tkv_study.md, "Study: 8-bit
 group metadata"). Fake quantization only: the storage format, kernels and engine are unchanged.
 
 Today a group of G channels stores an fp16 step and an fp16 zero (32/G bits per channel). The coded format stores,
@@ -19,9 +19,9 @@ Each group keeps, of five metadata candidates, the one of least squared error wi
 The channel transforms (rotation, keys "mse" + center, values rotation only, sink 1) are calibrated per group size
 with the package's fp16 encoder (`ChannelTable`) and shared by the fp16 and the coded rows of that group size.
 
-  PYTHONPATH=. python docs/tkv_study/group_metadata.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
+  python -m benchmarks.tkv_study.group_metadata --wikitext tests/data/wikitext-2/wiki.test.raw \\
       --token-cache build/tkv_study/wikitext_ids.pt --bits 4/4 3/3 4/3 \\
-      --formats 32:fp16 16:fp16 16:8 16:6 16:4 8:8 8:6 8:4 8:3 --out docs/tkv_study/results/group_metadata.json
+      --formats 32:fp16 16:fp16 16:8 16:6 16:4 8:8 8:6 8:4 8:3 --out benchmarks/tkv_study/results/group_metadata.json
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ from pathlib import Path
 
 import torch
 
-from allocation import KIND_KEYS, KIND_VALUES, Activations, sink_preserving_transform
-from arbi_grpc.benchmarks.tkv_perplexity import paired_delta
 from arbi_grpc.commands.calibrate import DEFAULT_TEXT
 from arbi_grpc.kv_codec import TkvLayerCodec
 from arbi_grpc.kv_codec.calibrate import MAX_SEARCH_SAMPLES, ChannelTable, _subsample
 from arbi_grpc.kv_codec.calibration_run import text_windows
 from arbi_grpc.kv_codec.codec import ChannelTransform
 from arbi_grpc.kv_codec.quantize import SMALLEST_STEP, _round_fp16, dequantize_groups, quantize_groups
-from confirm import load_ids
-from harness import WINDOW, StudyModel, default_gguf_path, tokenize_wikitext
+from benchmarks.tkv_perplexity import paired_delta
+from benchmarks.tkv_study.allocation import KIND_KEYS, KIND_VALUES, Activations, sink_preserving_transform
+from benchmarks.tkv_study.confirm import load_ids
+from benchmarks.tkv_study.harness import WINDOW, StudyModel, default_gguf_path, tokenize_wikitext
 
 FP16_BITS = 16
 SUPER_PAIR_BITS = 2 * FP16_BITS

@@ -23,9 +23,9 @@ from arbi_grpc.kv_codec.paged_cache import (
     exact_window_start,
     tail_ring_row,
 )
-from arbi_kernels.testing import BatchShape, random_paged_batch
 from arbi_kernels.tkv_exact import exact_window_blocks
-from arbi_kernels.tkv_reference import (
+from tests.kernels.paged_batches import BatchShape, random_paged_batch
+from tests.kernels.tkv_reference import (
     context_in_code_space,
     store_tkv_tail_reference,
     write_tkv_cache_reference,

@@ -3,7 +3,7 @@ taken (tkv_perplexity's near-tie report)."""
 
 from __future__ import annotations
 
-from arbi_grpc.benchmarks.tkv_perplexity import GreedyToken, departures
+from benchmarks.tkv_perplexity import GreedyToken, departures
 
 
 def _tokens(ids: list[int], runner_ups: list[int], margins: list[float]) -> list[GreedyToken]:

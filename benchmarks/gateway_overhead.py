@@ -11,7 +11,7 @@ The server is the one at --upstream, or one this script starts (`arbi-serve serv
 process imports no torch). Both clients are synchronous Python (grpc, http.client) in threads, so client
 costs are part of what is measured. Prints a table and writes JSON to --out.
 
-Usage: python -m arbi_gateway.bench_overhead --out bench-results/gateway_overhead.json
+Usage: python -m benchmarks.gateway_overhead --out bench-results/gateway_overhead.json
 """
 
 from __future__ import annotations

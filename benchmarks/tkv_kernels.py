@@ -12,7 +12,7 @@ the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (b
 register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32. --decode-only times just
 the K4V4 decode kernel at 32k context (batch 32 and 8) against bf16: the first kernel's predicated word loads
 (mask_words=True) next to the current default, other tiles and split counts, in about a minute.
-Usage: python kernels/bench_tkv.py [--output bench-results/tkv.json] [--sweep | --decode-only]
+Usage: python -m benchmarks.tkv_kernels [--output bench-results/tkv.json] [--sweep | --decode-only]
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 import triton.testing
+
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
-from arbi_kernels.tkv_reference import tkv_paged_decode_attention_reference
-from bench_kernels import (
+from benchmarks.kernels import (
     COPY_BANDWIDTH_BYTES_PER_S,
     BenchCase,
     BenchResult,
@@ -41,7 +41,7 @@ from bench_kernels import (
     format_row,
     format_table,
 )
-from bench_tkv_cases import (
+from benchmarks.tkv_kernel_cases import (
     DEFAULT_DECODE_TILES,
     PLAIN_DECODE_TILES,
     WRITE_TOKEN_COUNTS,
@@ -53,6 +53,7 @@ from bench_tkv_cases import (
     transform_cases,
     write_cases,
 )
+from tests.kernels.tkv_reference import tkv_paged_decode_attention_reference
 
 GRAPH_LAUNCHES = 20
 GRAPH_REPLAYS = 7
@@ -233,7 +234,7 @@ def main() -> int:
                        help="only the K4V4 decode variants at 32k against bf16 (DECODE_ONLY_VARIANTS)")
     arguments = parser.parse_args()
     if not torch.cuda.is_available():
-        print("bench_tkv.py needs a CUDA GPU", file=sys.stderr)
+        print("benchmarks/tkv_kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
     generator = torch.Generator(device="cuda").manual_seed(20261129)
     summary: dict[str, object] = {

@@ -4,7 +4,7 @@ HF transformers `generate()` on the same prompts in the same run.
 Every request generates exactly `--output-tokens` tokens (ignore_eos) under greedy decoding, so both
 sides do the same work. HF runs each concurrency level as one left-padded batch.
 
-    python -m arbi_grpc.benchmarks.cpu_throughput --out bench-results/cpu_throughput.json
+    python -m benchmarks.cpu_throughput --out bench-results/cpu_throughput.json
 """
 
 from __future__ import annotations

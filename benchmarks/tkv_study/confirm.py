@@ -1,4 +1,4 @@
-"""Confirm TKV settings on the 12 test windows of the wikitext protocol (docs/tkv.md), on the CPU if need be.
+"""Confirm TKV settings on the 12 test windows of the wikitext protocol (docs/tkv_study.md), on the CPU if need be.
 
 Two kinds of rows:
 - uniform bits, calibrated through the package API (`calibrate_tkv`, rotation, centering, "mse" scales) on
@@ -6,9 +6,9 @@ Two kinds of rows:
 - bundles written by `arbi-serve calibrate` (any bits, any calibration text), loaded as the engine loads them.
 
 Run from the repository root:
-  PYTHONPATH=. python docs/tkv_study/confirm.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
+  python -m benchmarks.tkv_study.confirm --wikitext tests/data/wikitext-2/wiki.test.raw \\
       --token-cache build/tkv_study/wikitext_ids.pt --uniform 8/8 4/4 3/3 4/3 --bundle build/tkv_alloc35 \\
-      --out docs/tkv_study/results/confirm.jsonl
+      --out benchmarks/tkv_study/results/confirm.jsonl
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from allocation import sink_preserving_transform
 from arbi_grpc.kv_codec import TkvCalibration, calibrate_tkv
 from arbi_grpc.kv_codec.calibration import METADATA_FILE
-from harness import WINDOW, StudyModel, default_gguf_path, split_windows, tokenize_wikitext
+from benchmarks.tkv_study.allocation import sink_preserving_transform
+from benchmarks.tkv_study.harness import WINDOW, StudyModel, default_gguf_path, split_windows, tokenize_wikitext
 
 
 def load_ids(wikitext: Path, token_cache: Path | None, gguf_path: Path) -> torch.Tensor:

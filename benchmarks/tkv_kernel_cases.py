@@ -1,16 +1,19 @@
-"""The rows of the TKV kernel benchmark (bench_tkv.py): each BenchCase's inputs, the call it times and the check
-against its torch reference, for decode attention (bf16 and TKV), the KV write (bf16 and each TKV write launch
-shape), prefill and the query/output transforms, on the Llama-3-8B attention shape."""
+"""The rows of the TKV kernel benchmark (benchmarks/tkv_kernels.py): each BenchCase's inputs, the call it times
+and the check against its torch reference, for decode attention (bf16 and TKV), the KV write (bf16 and each TKV
+write launch shape), prefill and the query/output transforms, on the Llama-3-8B attention shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
+from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
+from arbi_grpc.kv_codec.spec import TkvSpec, bytes_per_token
 from arbi_kernels import (
     paged_decode_attention,
     paged_prefill_attention,
-    reference,
     tkv_paged_decode_attention,
     tkv_paged_prefill_attention,
     tkv_transform_output,
@@ -19,15 +22,13 @@ from arbi_kernels import (
     write_tkv_cache,
 )
 from arbi_kernels.prefill_attention import PrefillTiles
-from arbi_kernels.testing import BatchShape, PagedBatch, random_paged_batch
 from arbi_kernels.tkv_decode_attention import DEFAULT_TKV_DECODE_TILES, TkvDecodeTiles
 from arbi_kernels.tkv_prefill_attention import default_tkv_prefill_tiles
-from arbi_kernels.tkv_reference import (
-    tkv_paged_decode_attention_reference,
-    tkv_paged_prefill_attention_reference,
-    write_tkv_cache_reference,
-)
-from arbi_kernels.tkv_testing import (
+from arbi_kernels.tkv_write import DEFAULT_WRITE_TILES, WriteTiles
+from benchmarks.kernels import BenchCase
+from tests.kernels import reference
+from tests.kernels.paged_batches import BatchShape, PagedBatch, random_paged_batch
+from tests.kernels.tkv_batches import (
     TkvShape,
     assert_same_encoding,
     assert_tkv_close,
@@ -36,12 +37,11 @@ from arbi_kernels.tkv_testing import (
     random_model_space_kv,
     random_tkv_layer,
 )
-from arbi_kernels.tkv_write import DEFAULT_WRITE_TILES, WriteTiles
-from bench_kernels import BenchCase
-
-from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
-from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage
-from arbi_grpc.kv_codec.spec import TkvSpec, bytes_per_token
+from tests.kernels.tkv_reference import (
+    tkv_paged_decode_attention_reference,
+    tkv_paged_prefill_attention_reference,
+    write_tkv_cache_reference,
+)
 
 LLAMA = BatchShape(num_heads=32, num_kv_heads=8, head_dim=128, page_size=16, dtype=torch.bfloat16)
 BF16_BYTES = 2

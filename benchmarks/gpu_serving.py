@@ -6,7 +6,7 @@ time to first token and time per output token (after the first; p50 and p99). Pr
 such a load, unlike the pure-decode batches of `gpu_decode`. Random bf16 weights of a real model's shape;
 prompts are random tokens (the prefix cache has nothing to share). Prints a table and writes JSON:
 
-    python -m arbi_grpc.benchmarks.gpu_serving --shape llama3-8b --rates 8,32,inf --requests 200
+    python -m benchmarks.gpu_serving --shape llama3-8b --rates 8,32,inf --requests 200
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-from arbi_grpc.benchmarks.gpu_decode import requests_for, start_engine
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import CompletedRequest, generate
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
+from benchmarks.gpu_decode import requests_for, start_engine
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def main() -> None:
               f"{row.ttft_p99_ms:7.0f}ms {row.tpot_p50_ms:7.1f}ms {row.tpot_p99_ms:7.1f}ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "command": " ".join(["python -m arbi_grpc.benchmarks.gpu_serving", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.gpu_serving", *sys.argv[1:]]),
         "date": date.today().isoformat(),
         "machine": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
         "python": platform.python_version(), "torch": torch.__version__, "shape": args.shape,

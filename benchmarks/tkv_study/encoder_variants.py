@@ -8,7 +8,7 @@ Variants (all keep the storage format: per-group fp16 scale/zero, the same codes
 The channel transforms are calibrated once with "minmax" (rotation, centering, "mse" scales, sink 1) and
 shared, so the rows differ only by the encoder applied when the cache is written.
 
-  PYTHONPATH=. python docs/tkv_study/encoder_variants.py --wikitext tests/data/wikitext-2/wiki.test.raw \\
+  python -m benchmarks.tkv_study.encoder_variants --wikitext tests/data/wikitext-2/wiki.test.raw \\
       --token-cache build/tkv_study/wikitext_ids.pt --test-windows 4 --bits 3/3
 """
 
@@ -23,11 +23,11 @@ import torch
 
 import arbi_grpc.kv_codec.calibrate as calibrate_module
 import arbi_grpc.kv_codec.codec as codec_module
-from allocation import Activations, Recipe, ScaleTable
 from arbi_grpc.kv_codec import quantize
 from arbi_grpc.kv_codec.packing import pack_codes
-from confirm import load_ids
-from harness import StudyModel, default_gguf_path, split_windows
+from benchmarks.tkv_study.allocation import Activations, Recipe, ScaleTable
+from benchmarks.tkv_study.confirm import load_ids
+from benchmarks.tkv_study.harness import StudyModel, default_gguf_path, split_windows
 
 CLIP_KEEP = (1.0, 0.9, 0.8, 0.7)
 Encoder = Callable[[torch.Tensor, int, int], quantize.QuantizedGroups]

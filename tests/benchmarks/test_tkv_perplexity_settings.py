@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from arbi_grpc.benchmarks.tkv_perplexity import Setting
 from arbi_grpc.config import EngineConfig
+from benchmarks.tkv_perplexity import Setting
 
 
 def test_a_tkv_setting_names_its_bits_window_and_bundle() -> None:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from arbi_grpc.benchmarks.gpu_serving import make_workload, percentile
 from arbi_grpc.engine.offline import generate
 from arbi_grpc.engine.request import FinishReason, RequestOutput, TokenOutput
+from benchmarks.gpu_serving import make_workload, percentile
 
 
 def test_workload_lengths_stay_in_range_and_arrivals_follow_the_rate():

@@ -8,7 +8,7 @@ Workloads (greedy, fixed output length via ignore_eos so both arms do the same d
 For each arm it reports time to first token (mean, p50, p90), total output tokens/s and prompt tokens
 served from the cache.
 
-    python -m arbi_grpc.benchmarks.prefix_cache --out bench-results/prefix_cache.json
+    python -m benchmarks.prefix_cache --out bench-results/prefix_cache.json
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ greedy tokens each, EOS ignored):
 - the floor: one decode step must read every weight and the batch's KV context once, at the copy bandwidth
   measured in the same run.
 It also measures the time to first token of one `--ttft-prompt-len`-token prompt. Prints a table and writes
-JSON. Run on a GPU machine: `python -m arbi_grpc.benchmarks.gpu_decode --out build/gpu_decode.json`.
+JSON. Run on a GPU machine: `python -m benchmarks.gpu_decode --out build/gpu_decode.json`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
 from arbi_grpc.config import EngineConfig, parse_kv_bits
-from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.cuda_graphs import DecodeBatch
+from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.offline import generate
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
@@ -42,8 +42,8 @@ from arbi_grpc.kv_codec.calibration import TkvCalibration
 from arbi_grpc.kv_codec.spec import TkvSpec
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
-from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape, reference_hf_config
 from arbi_grpc.serving import assemble_engine, build_runner
@@ -377,7 +377,7 @@ def main() -> None:
         print(f"{shape}: TTFT {args.ttft_prompt_len}-token prompt {seconds * 1e3:.1f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "command": " ".join(["python -m arbi_grpc.benchmarks.gpu_decode", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.gpu_decode", *sys.argv[1:]]),
         "date": date.today().isoformat(), "machine": torch.cuda.get_device_name(device),
         "python": platform.python_version(), "torch": torch.__version__,
         "copy_bandwidth_bytes_per_s": bandwidth, "rows": [asdict(row) for row in rows],

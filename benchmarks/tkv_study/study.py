@@ -1,8 +1,8 @@
 """TKV quality study on SmolLM2-135M: perplexity of the wikitext protocol with K/V through the codec, for a
 grid of rotation / calibration / group size / bit settings and a greedy per-layer bit allocation.
 
-Run from the repository root (see docs/tkv.md for the exact command and the results):
-  PYTHONPATH=. python docs/tkv_study/study.py --wikitext tests/data/wikitext-2/wiki.test.raw --out results.jsonl
+Run from the repository root (see docs/tkv_study.md for the exact command and the results):
+  python -m benchmarks.tkv_study.study --wikitext tests/data/wikitext-2/wiki.test.raw --out results.jsonl
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import TextIO
 
 import torch
 
-from allocation import (
+from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.kv_codec import TkvCalibration, calibrate_tkv, model_fingerprint, query_channel_weights
+from arbi_grpc.kv_codec.calibrate import ChannelRecipe
+from benchmarks.tkv_study.allocation import (
     KIND_KEYS,
     KIND_VALUES,
     Activations,
@@ -27,10 +30,7 @@ from allocation import (
     measure_sensitivity,
     sink_preserving_transform,
 )
-from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec import TkvCalibration, calibrate_tkv, model_fingerprint, query_channel_weights
-from arbi_grpc.kv_codec.calibrate import ChannelRecipe
-from harness import StudyModel, default_gguf_path, split_windows, tokenize_wikitext
+from benchmarks.tkv_study.harness import StudyModel, default_gguf_path, split_windows, tokenize_wikitext
 
 SENSITIVITY_LEVELS = (2, 3, 4, 5, 6)
 ALLOCATION_TARGETS = (3.5, 3.0, 2.5)

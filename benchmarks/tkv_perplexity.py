@@ -19,7 +19,7 @@ Settings: `fp32` (float32 KV), `bf16` (bfloat16 KV), `KxVy` (TKV with --kv-bits 
 exact window of N blocks, --kv-exact-blocks N; the engine's default otherwise); `SETTING@DIR` takes another
 bundle for that setting. Weights are float32 in every setting, so only the KV storage differs.
 
-    python -m arbi_grpc.benchmarks.tkv_perplexity --bundle DIR --settings fp32 K8V8 K4V4 K4V4-exact1 K3V3@DIR3 \\
+    python -m benchmarks.tkv_perplexity --bundle DIR --settings fp32 K8V8 K4V4 K4V4-exact1 K3V3@DIR3 \\
         --greedy-settings K4V4 K4V4-exact1 --out bench-results/tkv_perplexity.json
 """
 

@@ -7,9 +7,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from arbi_grpc.kv_codec import SUPPORTED_BITS, ChannelTransform, TkvLayerCodec, TkvSpec, calibrate_channels
-from arbi_grpc.kv_codec import query_channel_weights
-from harness import WINDOW, KvTransform, StudyModel
+from arbi_grpc.kv_codec import (
+    SUPPORTED_BITS,
+    ChannelTransform,
+    TkvLayerCodec,
+    TkvSpec,
+    calibrate_channels,
+    query_channel_weights,
+)
+from benchmarks.tkv_study.harness import WINDOW, KvTransform, StudyModel
 
 KIND_KEYS, KIND_VALUES = "K", "V"
 REFERENCE_BITS = 8

@@ -3,7 +3,7 @@ it with triton.testing.do_bench (median, L2 flushed between runs) and compares i
 
 The floor is the bytes a kernel must move divided by the device-to-device copy bandwidth (4.2 TB/s measured on
 an H200; the script also measures it again). Attention prefill is compute-bound, so its TFLOP/s is reported too.
-Usage: python kernels/bench_kernels.py [--output results.json] [--sweep]
+Usage: python -m benchmarks.kernels [--output results.json] [--sweep]
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from arbi_kernels import (
     silu_and_mul,
     write_kv_cache,
 )
-from arbi_kernels import reference
 from arbi_kernels.decode_attention import MIN_TOKENS_PER_SPLIT, DecodeTiles, choose_num_splits
 from arbi_kernels.prefill_attention import PrefillTiles, default_prefill_tiles
-from arbi_kernels.testing import BatchShape, PagedBatch, random_paged_batch, tolerance
+from tests.kernels import reference
+from tests.kernels.paged_batches import BatchShape, PagedBatch, random_paged_batch, tolerance
 
 COPY_BANDWIDTH_BYTES_PER_S = 4.2e12
 DTYPE = torch.bfloat16
@@ -304,7 +304,7 @@ def main() -> int:
                         help="only time decode tiles and split counts at batch 128, 512-token contexts")
     arguments = parser.parse_args()
     if not torch.cuda.is_available():
-        print("bench_kernels.py needs a CUDA GPU", file=sys.stderr)
+        print("benchmarks/kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
     generator = torch.Generator(device="cuda").manual_seed(20261129)
     copy_bandwidth = copy_bandwidth_bytes_per_s()
