@@ -44,7 +44,7 @@ from arbi_grpc.serving import ServedModel, build_served_model
 
 WINDOW_TOKENS = 512
 NUM_WINDOWS = 12
-DEFAULT_WIKITEXT = Path(__file__).resolve().parents[2] / "tests" / "data" / "wikitext-2" / "wiki.test.raw"
+DEFAULT_WIKITEXT = Path(__file__).resolve().parents[1] / "tests" / "data" / "wikitext-2" / "wiki.test.raw"
 GREEDY_TOKENS = 32
 LONG_PROMPT_TOKENS = 480
 GREEDY_SETS = ("chat", "long")
