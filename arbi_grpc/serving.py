@@ -12,9 +12,10 @@ import torch
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.input_processor import InputProcessor
-from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
+from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler, SchedulerLimits
 from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget
@@ -138,8 +139,9 @@ def assemble_engine(
     eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
     return Engine(
         scheduler=Scheduler(
-            KVCacheManager(runner.kv_cache.num_blocks, config.block_size, config.enable_prefix_cache,
-                           _num_sink_blocks(runner.kv_cache)),
+            BlockManager(runner.kv_cache.num_blocks, config.block_size,
+                         num_first_blocks=_num_sink_blocks(runner.kv_cache),
+                         prefix_cache=PrefixCache(config.block_size) if config.enable_prefix_cache else None),
             SchedulerLimits(
                 max_running=config.max_running_requests,
                 max_step_tokens=config.max_step_tokens,

@@ -194,19 +194,19 @@ class Engine:
 
     def flush_prefix_cache(self, tenant: str | None = None) -> Future:
         """Drops cached prefixes (all, or one tenant's) between steps; the future holds the block count."""
-        return self.call(lambda: self.scheduler.kv.flush_prefix_cache(tenant))
+        return self.call(lambda: self.scheduler.block_manager.flush_prefix_cache(tenant))
 
     def stats(self) -> EngineStats:
-        kv = self.scheduler.kv
-        cache = kv.prefix_cache
+        blocks = self.scheduler.block_manager
+        cache = blocks.prefix_cache
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
-            num_free_blocks=kv.num_free_blocks,
-            num_total_blocks=kv.num_total_blocks,
+            num_free_blocks=blocks.num_free_blocks,
+            num_total_blocks=blocks.num_total_blocks,
             num_preemptions=self.scheduler.num_preemptions,
-            num_cached_blocks=0 if cache is None else cache.num_cached_blocks,
-            num_evictions=kv.blocks.pool.num_evictions,
+            num_cached_blocks=blocks.num_cached_blocks,
+            num_evictions=blocks.num_evictions,
             prefix_cache_hit_tokens=0 if cache is None else cache.stats.num_hit_tokens,
             prefix_cache_query_tokens=0 if cache is None else cache.stats.num_query_tokens,
         )

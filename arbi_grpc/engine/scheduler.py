@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.request import Priority
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
 from arbi_grpc.engine.tail_slots import TailSlots
@@ -81,8 +81,8 @@ class SchedulerLimits:
 class Scheduler:
     """Owns the waiting queue, the running batch, the sequences' KV blocks and their tail slots."""
 
-    def __init__(self, kv: KVCacheManager, limits: SchedulerLimits) -> None:
-        self.kv = kv
+    def __init__(self, block_manager: BlockManager, limits: SchedulerLimits) -> None:
+        self.block_manager = block_manager
         self.limits = limits
         self.tail_slots = TailSlots(limits.max_running)
         self.waiting = WaitingQueue()
@@ -123,7 +123,7 @@ class Scheduler:
             self.waiting.popleft()
             num_reused_blocks = len(sequence.block_table)  # the prefix hit, before growing
             num_tokens = self._chunk_size(sequence, budget, contended=False)
-            if not self.kv.grow(sequence, sequence.num_computed_tokens + num_tokens):
+            if not self.block_manager.grow(sequence.block_table, sequence.num_computed_tokens + num_tokens):
                 raise RuntimeError("admission checked the blocks of the whole sequence")
             step.chunks.append(ScheduledChunk(sequence, sequence.num_computed_tokens, num_tokens, num_reused_blocks))
             budget -= num_tokens
@@ -147,13 +147,13 @@ class Scheduler:
 
     def _admit(self, sequence: Sequence, step: ScheduledStep) -> bool:
         """Moves a waiting sequence into the running batch if its blocks fit; False leaves it waiting."""
-        reused = self.kv.reuse_prefix(sequence)
+        reused = self.block_manager.reuse_prefix(sequence)
         if not sequence.admitted:
             sequence.num_cached_prompt_tokens = min(reused, sequence.num_prompt_tokens)
         while not self._fits(sequence):
             victim = self._newest_batch_sequence() if sequence.priority is Priority.INTERACTIVE else None
             if victim is None:
-                self.kv.free(sequence)  # give back the reused prefix; it stays cached
+                self.block_manager.free(sequence)  # give back the reused prefix; it stays cached
                 return False
             self._preempt(victim, step)
         sequence.status = SequenceStatus.RUNNING
@@ -165,9 +165,9 @@ class Scheduler:
     def _fits(self, sequence: Sequence) -> bool:
         """Whether a waiting sequence's blocks for its whole known length are free (plus a reserve for running
         decodes when others run) and, when it holds none after prefix reuse, its first block can be had."""
-        needed = self.kv.blocks_for(sequence.num_tokens) - len(sequence.block_table)
-        reserve = len(self.running) and max(1, self.kv.num_total_blocks // 64)
-        return needed + reserve <= self.kv.num_free_blocks and self.kv.can_start(sequence)
+        needed = self.block_manager.blocks_for(sequence.num_tokens) - len(sequence.block_table)
+        reserve = len(self.running) and max(1, self.block_manager.num_total_blocks // 64)
+        return needed + reserve <= self.block_manager.num_free_blocks and self.block_manager.can_start(sequence)
 
     def _newest_batch_sequence(self) -> Sequence | None:
         batch = [s for s in self.running if s.priority is Priority.BATCH]
@@ -176,7 +176,7 @@ class Scheduler:
     def _grow_preempting(self, sequence: Sequence, num_tokens: int, step: ScheduledStep) -> bool:
         """Makes room for `num_tokens` more tokens of a running sequence, preempting the newest."""
         target = sequence.num_computed_tokens + num_tokens
-        while not self.kv.grow(sequence, target):
+        while not self.block_manager.grow(sequence.block_table, target):
             victim = self._newest_batch_sequence() or self.running[-1]
             self._preempt(victim, step)
             if victim is sequence:
@@ -188,7 +188,7 @@ class Scheduler:
         self.running.remove(sequence)
         step.chunks = [chunk for chunk in step.chunks if chunk.sequence is not sequence]
         step.preempted.append(sequence)
-        self.kv.free(sequence)
+        self.block_manager.free(sequence)
         self._release_tail_slot(sequence)
         sequence.status = SequenceStatus.WAITING
         self.waiting.appendleft(sequence)
@@ -199,7 +199,7 @@ class Scheduler:
             self.running.remove(sequence)
         elif sequence.status is SequenceStatus.WAITING:
             self.waiting.remove(sequence)
-        self.kv.free(sequence)
+        self.block_manager.free(sequence)
         self._release_tail_slot(sequence)
         sequence.status = SequenceStatus.FINISHED
 

@@ -80,4 +80,4 @@ def _swap(engine: Engine, storage: TkvPagedKVCache) -> int:
     runner.kv_cache = storage
     if runner.decode_graphs is not None:
         runner.capture_decode_graphs(runner.decode_graphs.max_batch, runner.decode_graphs.max_model_len)
-    return engine.scheduler.kv.flush_prefix_cache(None)
+    return engine.scheduler.block_manager.flush_prefix_cache(None)

@@ -50,8 +50,8 @@ def check_pool_is_free(engine: Engine) -> None:
     """Every block is free or a cached evictable one, and every tail slot free, once all requests ended (checked
     on the engine thread)."""
     def check() -> None:
-        kv = engine.scheduler.kv
-        kv.blocks.pool.check_invariants()
+        kv = engine.scheduler.block_manager
+        kv.check_invariants()
         assert engine.scheduler.num_unfinished == 0
         assert kv.num_free_blocks == kv.num_total_blocks
         assert engine.scheduler.tail_slots.num_taken == 0

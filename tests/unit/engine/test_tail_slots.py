@@ -10,7 +10,8 @@ import random
 import pytest
 import torch
 
-from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.block_manager import BlockManager
+from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.request import GenerationRequest, Priority, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
@@ -42,7 +43,8 @@ def test_slots_are_taken_lowest_first_and_refusals_name_the_slot() -> None:
 
 def _scheduler(num_blocks: int, max_running: int, budget: int, prefix_cache: bool = False,
                num_sink_blocks: int | None = None) -> Scheduler:
-    return Scheduler(KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache, num_sink_blocks),
+    return Scheduler(BlockManager(num_blocks, BLOCK_SIZE, num_first_blocks=num_sink_blocks,
+                     prefix_cache=PrefixCache(BLOCK_SIZE) if prefix_cache else None),
                      SchedulerLimits(max_running=max_running, max_step_tokens=budget,
                                      max_prefill_chunk_tokens=max(1, budget // 2)))
 
@@ -95,7 +97,7 @@ class _OverlappedLoop:
 
 
     def _index_known_blocks(self, sequence: Sequence) -> None:
-        self.scheduler.kv.index_full_blocks(sequence, min(sequence.num_computed_tokens, len(sequence.token_ids)))
+        self.scheduler.block_manager.index_full_blocks(sequence, min(sequence.num_computed_tokens, len(sequence.token_ids)))
 
 
 def _check_slots(scheduler: Scheduler, sequences: list[Sequence]) -> None:
