@@ -183,8 +183,8 @@ class Engine:
 
     @property
     def max_running_capacity(self) -> int:
-        """The most running sequences this engine can hold: its tail slots, sized at construction."""
-        return self.scheduler.tail_slots.num_slots
+        """The most running sequences this engine can hold: its batch slots, sized at construction."""
+        return self.scheduler.batch_slots.num_slots
 
     @property
     def num_requests(self) -> int:

@@ -79,7 +79,7 @@ class _BatchLayout:
     query_lens: list[int]  # [B] new tokens per chunk
     seq_lens: list[int]  # [B] context length after the step
     block_tables: list[list[int]]  # [B] block ids
-    tail_slots: list[int]  # [B] each sequence's tail slot
+    batch_slots: list[int]  # [B] each sequence's batch slot
     logit_rows: list[int]  # rows of the flat batch whose logits are needed
     sample_rows: list[tuple[ScheduledChunk, int]]  # (chunk, index into logit_rows)
     prompt_rows: list[tuple[ScheduledChunk, int, int]]  # (chunk, first index into logit_rows, count)
@@ -118,7 +118,7 @@ class ModelRunner:
         else:
             metadata = AttentionMetadata.build(
                 query_lens=layout.query_lens, seq_lens=layout.seq_lens, block_tables=layout.block_tables,
-                block_size=self.block_size, device=self.device, tail_slots=layout.tail_slots,
+                block_size=self.block_size, device=self.device, batch_slots=layout.batch_slots,
             )
             input_ids = tensor_on_device_no_sync(layout.input_ids, torch.int64, self.device)
             if carried is not None:
@@ -149,7 +149,7 @@ class ModelRunner:
                 continue
             first_block = max(0, chunk.num_reused_blocks - kv_cache.exact_blocks + 1)
             block_ids = chunk.sequence.block_table[first_block: chunk.num_reused_blocks]
-            kv_cache.seed_tail(_tail_slot(chunk.sequence),
+            kv_cache.seed_tail(_batch_slot(chunk.sequence),
                                tensor_on_device_no_sync(block_ids, torch.int64, self.device), first_block)
 
     @staticmethod
@@ -193,7 +193,7 @@ class ModelRunner:
             query_lens=[chunk.num_tokens for chunk in chunks],
             seq_lens=[chunk.start + chunk.num_tokens for chunk in chunks],
             block_tables=[chunk.sequence.block_table for chunk in chunks],
-            tail_slots=[_tail_slot(chunk.sequence) for chunk in chunks],
+            batch_slots=[_batch_slot(chunk.sequence) for chunk in chunks],
             logit_rows=logit_rows,
             sample_rows=sample_rows,
             prompt_rows=prompt_rows,
@@ -207,7 +207,7 @@ class ModelRunner:
             for table, position in zip(layout.block_tables, positions)
         ]
         return DecodeBatch(layout.input_ids, positions, slots, layout.seq_lens, layout.block_tables,
-                           layout.tail_slots, carried)
+                           layout.batch_slots, carried)
 
     def _replays_graph(self, chunks: list[ScheduledChunk]) -> bool:
         return (
@@ -217,10 +217,10 @@ class ModelRunner:
         )
 
 
-def _tail_slot(sequence: Sequence) -> int:
-    if sequence.tail_slot is None:
-        raise RuntimeError(f"request {sequence.request_id!r} was scheduled without a tail slot")
-    return sequence.tail_slot
+def _batch_slot(sequence: Sequence) -> int:
+    if sequence.batch_slot is None:
+        raise RuntimeError(f"request {sequence.request_id!r} was scheduled without a batch slot")
+    return sequence.batch_slot
 
 
 def _select_rows(tensor: Tensor, rows: list[int]) -> Tensor:

@@ -71,7 +71,7 @@ class TkvTritonPagedAttention:
                                                  storage)  # [T, Hkv, D] fp16, code space
         transformed = tkv_transform_queries(query, storage)  # q': [T, Hq, D] fp32
         softmax_scale = query.shape[-1] ** -0.5
-        exact = (metadata.tail_slots, key_exact, value_exact)
+        exact = (metadata.batch_slots, key_exact, value_exact)
         if metadata.is_decode_only:  # token row b is sequence b
             accumulated = tkv_paged_decode_attention(
                 transformed, storage, metadata.block_tables, metadata.seq_lens, *exact, softmax_scale,
@@ -83,5 +83,5 @@ class TkvTritonPagedAttention:
                 softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
             )
         store_tkv_tail(key_exact, value_exact, storage, metadata.query_start_loc, metadata.seq_lens,
-                       metadata.tail_slots)  # after attention: a chunk may still read the old tail rows
+                       metadata.batch_slots)  # after attention: a chunk may still read the old tail rows
         return tkv_transform_output(accumulated, storage, query.dtype)

@@ -110,7 +110,7 @@ def _run_step(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> Non
     num_tail_slots = kv_cache.num_tail_slots if isinstance(kv_cache, TkvPagedKVCache) else len(tables)
     metadata = AttentionMetadata.build(
         query_lens=step.prompt_lengths, seq_lens=step.prompt_lengths, block_tables=tables,
-        block_size=block_size, device=device, tail_slots=[i % num_tail_slots for i in range(len(tables))],
+        block_size=block_size, device=device, batch_slots=[i % num_tail_slots for i in range(len(tables))],
     )
     input_ids = torch.zeros(step.num_tokens, dtype=torch.int64, device=device)
     positions = token_positions(metadata.query_lens_host, metadata.seq_lens_host, device)
