@@ -27,8 +27,7 @@ from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 from arbi_grpc.models.attention_selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import resolve_model
@@ -110,7 +109,7 @@ def build_served_model(config: EngineConfig) -> ServedModel:
 
 def build_runner(
     model: CausalLM,
-    kv_cache: PagedKVCache | TkvPagedKVCache,
+    kv_cache: KVStorage,
     config: EngineConfig,
     max_model_len: int,
     backend: AttentionBackend,
@@ -140,7 +139,7 @@ def assemble_engine(
     return Engine(
         scheduler=Scheduler(
             BlockManager(runner.kv_cache.num_blocks, config.block_size,
-                         num_first_blocks=_num_sink_blocks(runner.kv_cache),
+                         num_first_blocks=runner.kv_cache.num_first_blocks,
                          prefix_cache=PrefixCache(config.block_size) if config.enable_prefix_cache else None),
             SchedulerLimits(
                 max_running=config.max_running_requests,
@@ -155,8 +154,3 @@ def assemble_engine(
         observer=observer,
         overlap_steps=config.overlap_steps,
     )
-
-
-def _num_sink_blocks(kv_cache: PagedKVCache | TkvPagedKVCache) -> int | None:
-    """The blocks that may start a sequence: a TKV cache's blocks with a sink row; None (all) for plain storage."""
-    return kv_cache.num_sink_blocks if isinstance(kv_cache, TkvPagedKVCache) else None

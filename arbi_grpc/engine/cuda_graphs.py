@@ -20,7 +20,7 @@ from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.graph_batches import graph_batch_sizes
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 
 
 _PADDING = np.array([0, 0, -1], dtype=np.int64)  # input id, position, slot (-1: write nowhere)
@@ -58,7 +58,7 @@ class _Staging:
 class DecodeGraphs:
     """Captured decode steps of `model` over `kv_cache` for every size of `graph_batch_sizes(max_batch)`."""
 
-    def __init__(self, model: CausalLM, kv_cache: PagedKVCache, *, max_batch: int, max_model_len: int) -> None:
+    def __init__(self, model: CausalLM, kv_cache: KVStorage, *, max_batch: int, max_model_len: int) -> None:
         if max_batch <= 0:
             raise ValueError(f"max_batch must be > 0, got {max_batch}")
         self.model = model

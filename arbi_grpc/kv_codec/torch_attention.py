@@ -26,16 +26,16 @@ from arbi_grpc.kv_codec.paged_cache import (
 )
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.torch_paged_attention import (
-    TorchPagedAttention,
+    DecodeGroups,
     grouped_query_attention,
 )
 
 
 @dataclass(frozen=True)
-class TkvTorchPagedAttention(TorchPagedAttention):
-    """The `AttentionBackend` over a `TkvPagedKVCache`; the reference the TKV kernels are tested against."""
+class TkvTorchPagedAttention(DecodeGroups):
+    """The `AttentionBackend[TkvPagedKVCache]` in torch; the reference the TKV kernels are tested against."""
 
-    def forward(  # type: ignore[override]  (reads a TkvPagedKVCache, not a PagedKVCache)
+    def forward(
         self,
         layer_index: int,
         query: Tensor,

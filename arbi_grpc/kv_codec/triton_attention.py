@@ -36,7 +36,7 @@ def new_token_positions(metadata: AttentionMetadata) -> Tensor:
 
 @dataclass(frozen=True)
 class TkvTritonPagedAttention:
-    """The `AttentionBackend` over a `TkvPagedKVCache` on CUDA (or Triton's interpreter on CPU, for tests).
+    """The `AttentionBackend[TkvPagedKVCache]` on CUDA (or Triton's interpreter on CPU, for tests).
 
     compute_dtype: the dtype q' and the decoded K/V tiles enter the kernels' dots in; float16 uses tensor
     cores (relative rounding 2^-11, below every TKV step), float32 gives exact products at a large cost.
