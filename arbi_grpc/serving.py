@@ -51,7 +51,7 @@ class ServedModel:
     config: EngineConfig
     parameter_count: int
     weight_bytes: int
-    kv_block_bytes: int  # one block over all layers, keys and values (a TKV pool's sink rows and tails are apart)
+    kv_block_bytes: int  # one block over all layers, keys and values (state per first block or batch slot is apart)
     memory_budget: MemoryBudget  # measured at boot
     metrics: ModelMetrics
 

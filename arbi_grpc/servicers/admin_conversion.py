@@ -75,9 +75,8 @@ def running_request(snapshot: RequestSnapshot) -> admin_pb.RunningRequest:
 
 def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int | float]:
     """The fields of GetMemoryReportResponse; bytes come from the storage in force (a KV calibration reload may
-    change them). The pool's bytes are its tensors': blocks and, for TKV, the sink rows of the blocks that may
-    start a sequence and the tail slots of the running sequences, which the per-token figure spreads over the
-    whole capacity."""
+    change them). The pool's bytes are its tensors' (`KVStorage.key_caches`, `value_caches`): blocks and any state
+    the storage keeps per first block or batch slot, which the per-token figure spreads over the whole capacity."""
     storage = served.engine.kv_storage
     used = stats.num_total_blocks - stats.num_free_blocks
     block_bytes = storage.bytes_per_block
