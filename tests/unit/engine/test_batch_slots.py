@@ -42,8 +42,8 @@ def test_slots_are_taken_lowest_first_and_refusals_name_the_slot() -> None:
 
 
 def _scheduler(num_blocks: int, max_running: int, budget: int, prefix_cache: bool = False,
-               num_sink_blocks: int | None = None) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, BLOCK_SIZE, num_first_blocks=num_sink_blocks,
+               num_first_blocks: int | None = None) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, BLOCK_SIZE, num_first_blocks=num_first_blocks,
                      prefix_cache=PrefixCache(BLOCK_SIZE) if prefix_cache else None),
                      SchedulerLimits(max_running=max_running, max_step_tokens=budget,
                                      max_prefill_chunk_tokens=max(1, budget // 2)))
@@ -117,7 +117,7 @@ def test_running_sequences_hold_unique_stable_slots_over_a_random_overlapped_sch
     max_running = rng.randint(1, 6)
     scheduler = _scheduler(num_blocks=rng.randint(10, 48), max_running=max_running, budget=rng.randint(2, 48),
                            prefix_cache=rng.random() < 0.7,
-                           num_sink_blocks=rng.choice([None, rng.randint(max_running + 1, 10)]))
+                           num_first_blocks=rng.choice([None, rng.randint(max_running + 1, 10)]))
     loop = _OverlappedLoop(scheduler)
     shared_prefix = list(range(1, rng.randint(0, 16) + 1))  # prompts start alike, so the prefix cache gets hits
     sequences: list[Sequence] = []

@@ -1,5 +1,5 @@
 """Scheduler invariants under random workloads: token budget, batch size, block accounting, preemption, and
-sequences that start only on sink-capable blocks."""
+sequences that start only on first-capable blocks."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ BLOCK_SIZE = 4
 
 
 def _scheduler(num_blocks: int, max_running: int, budget: int, chunk: int | None = None,
-               prefix_cache: bool = False, num_sink_blocks: int | None = None) -> Scheduler:
+               prefix_cache: bool = False, num_first_blocks: int | None = None) -> Scheduler:
     return Scheduler(
-        BlockManager(num_blocks, BLOCK_SIZE, num_first_blocks=num_sink_blocks,
+        BlockManager(num_blocks, BLOCK_SIZE, num_first_blocks=num_first_blocks,
                      prefix_cache=PrefixCache(BLOCK_SIZE) if prefix_cache else None),
         SchedulerLimits(max_running=max_running, max_step_tokens=budget,
                         max_prefill_chunk_tokens=chunk or budget),
@@ -55,7 +55,7 @@ def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
         if s.status is SequenceStatus.RUNNING:
             assert s in scheduler.running
             assert len(s.block_table) * BLOCK_SIZE >= s.num_computed_tokens
-            assert kv.may_start_sequence(s.block_table[0]), "a sequence started on a block without a sink row"
+            assert kv.may_start_sequence(s.block_table[0]), "a sequence started on a block that may not start one"
 
 
 @settings(max_examples=60, deadline=None)
@@ -68,11 +68,11 @@ def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
     prefix_cache=st.booleans(),
     shared_prefix=st.integers(0, 12),
     batch_mask=st.integers(0, 2**12 - 1),
-    num_sink_blocks=st.one_of(st.none(), st.integers(1, 8)),
+    num_first_blocks=st.one_of(st.none(), st.integers(1, 8)),
 )
 def test_random_workload_keeps_invariants(prompt_lens, num_blocks, budget, max_running, actions,
-                                          prefix_cache, shared_prefix, batch_mask, num_sink_blocks) -> None:
-    scheduler = _scheduler(num_blocks, max_running, budget, max(1, budget // 2), prefix_cache, num_sink_blocks)
+                                          prefix_cache, shared_prefix, batch_mask, num_first_blocks) -> None:
+    scheduler = _scheduler(num_blocks, max_running, budget, max(1, budget // 2), prefix_cache, num_first_blocks)
     sequences = []
     for i, n in enumerate(prompt_lens):
         priority = Priority.BATCH if batch_mask >> i & 1 else Priority.INTERACTIVE
@@ -203,9 +203,9 @@ def test_long_prompt_cannot_starve_short_ones() -> None:
         ("r1", 1), ("r2", 1), ("r3", 1), ("r0", 29)]
 
 
-def test_sequences_wait_for_a_sink_capable_block_and_all_complete() -> None:
+def test_sequences_wait_for_a_first_capable_block_and_all_complete() -> None:
     # 40 blocks, but only 2 may start a sequence: at most two sequences run although blocks and slots remain.
-    scheduler = _scheduler(40, max_running=6, budget=64, prefix_cache=True, num_sink_blocks=2)
+    scheduler = _scheduler(40, max_running=6, budget=64, prefix_cache=True, num_first_blocks=2)
     sequences = [_sequence(i, 6, first_token=100 * i) for i in range(5)]
     for sequence in sequences:
         scheduler.add(sequence)
@@ -227,8 +227,8 @@ def test_sequences_wait_for_a_sink_capable_block_and_all_complete() -> None:
     assert scheduler.block_manager.num_free_blocks == 40
 
 
-def test_an_interactive_start_preempts_a_batch_sequence_for_its_sink_capable_block() -> None:
-    scheduler = _scheduler(16, max_running=4, budget=64, num_sink_blocks=1)
+def test_an_interactive_start_preempts_a_batch_sequence_for_its_first_capable_block() -> None:
+    scheduler = _scheduler(16, max_running=4, budget=64, num_first_blocks=1)
     batch = _sequence(0, 5, Priority.BATCH)
     scheduler.add(batch)
     _run(scheduler.schedule())
