@@ -87,6 +87,7 @@ class Engine:
         self._sequences: dict[str, Sequence] = {}
         self._lock = threading.Lock()
         self._num_pending = 0  # submitted, not yet taken by the loop
+        self._num_held = 0  # taken by the loop and not finished: len(_sequences), kept under the lock
         self._num_waiting = 0  # in the scheduler's waiting queue after the last step
         self._closed = False  # shutdown began (or the loop failed): no new submits or calls
         self._failure: UnavailableError | None = None
@@ -166,7 +167,7 @@ class Engine:
     def num_requests(self) -> int:
         """Requests submitted and not yet finished (queued as tasks, waiting or running)."""
         with self._lock:
-            return self._num_pending + len(self._sequences)
+            return self._num_pending + self._num_held
 
     def flush_prefix_cache(self, tenant: str | None = None) -> Future:
         """Drops cached prefixes (all, or one tenant's) between steps; the future holds the block count."""
@@ -263,6 +264,7 @@ class Engine:
                 self._add(task)
                 with self._lock:
                     self._num_pending -= 1
+                    self._num_held += 1
             elif isinstance(task, _Cancel):
                 cancelled = self._cancel(task.request_id)
                 self._publish_state()
@@ -299,7 +301,7 @@ class Engine:
             task.future.set_result(result)
 
     def _cancel(self, request_id: str) -> bool:
-        sequence = self._sequences.pop(request_id, None)
+        sequence = self._release(request_id)
         if sequence is None:
             return False
         self.scheduler.finish(sequence)
@@ -320,7 +322,7 @@ class Engine:
         self._publish_state()
 
     def _finish(self, sequence: Sequence, output: RequestOutput) -> None:
-        self._sequences.pop(sequence.request_id, None)
+        self._release(sequence.request_id)
         if sequence.status is not SequenceStatus.FINISHED:
             self.scheduler.finish(sequence)
         self.observer.request_finished(sequence.request_id, output)
@@ -336,6 +338,14 @@ class Engine:
             except Exception:  # after a failed loop the engine's state may be what broke: the stream still ends
                 log.exception("could not release request %s", sequence.request_id)
                 sequence.sink(output)
+
+    def _release(self, request_id: str) -> Sequence | None:
+        """Forgets a request the engine holds (None when it holds none by that id)."""
+        sequence = self._sequences.pop(request_id, None)
+        if sequence is not None:
+            with self._lock:
+                self._num_held -= 1
+        return sequence
 
     def _publish_state(self) -> None:
         """The waiting count submit checks, and the stats snapshot."""
