@@ -245,7 +245,7 @@ def time_graph_step(shape: str, runner, config: ModelConfig, weight_bytes: int, 
         input_ids=[1] * batch, positions=[context - 1] * batch, slots=[-1] * batch, seq_lens=[context] * batch,
         block_tables=[[(seq * blocks_per_seq + i) % runner.kv_cache.num_blocks for i in range(blocks_per_seq)]
                       for seq in range(batch)],
-        tail_slots=list(range(batch)),  # one each: batch <= max_running_requests, the tail slot count
+        batch_slots=list(range(batch)),  # one each: batch <= max_running_requests, the batch slot count
     )
     times = []
     with torch.inference_mode():

@@ -360,7 +360,7 @@ def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
     for query_lens, seq_lens in (([1500, 700], [1500, 700]), ([1, 1], [1501, 701]), ([1, 300], [1502, 1001])):
         metadata = AttentionMetadata.build(
             query_lens=query_lens, seq_lens=seq_lens, block_tables=tables, block_size=block_size, device=device,
-            tail_slots=[2, 0],
+            batch_slots=[2, 0],
         )
         num_tokens = sum(query_lens)
         query = torch.randn((num_tokens, num_heads, head_dim), generator=generator, device=device).bfloat16()
@@ -394,7 +394,7 @@ def test_triton_backend_decode_replays_in_a_cuda_graph(device, generator):
     value = torch.zeros_like(key)
     metadata = AttentionMetadata(
         slot_mapping=slots, query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device=device),
-        seq_lens=seq_lens, block_tables=tables, tail_slots=torch.tensor([4, 2, 0, 1], dtype=torch.int32, device=device),
+        seq_lens=seq_lens, block_tables=tables, batch_slots=torch.tensor([4, 2, 0, 1], dtype=torch.int32, device=device),
         query_lens_host=(1,) * batch, seq_lens_host=(1,) * batch,
         seq_len_bound=64 * block_size,
     )

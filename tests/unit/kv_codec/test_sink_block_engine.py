@@ -71,9 +71,9 @@ def test_few_sink_rows_serve_many_sequences_like_a_pool_where_every_block_has_on
 
     def recording_schedule():
         step = schedule()
-        kv = tight.scheduler.kv
+        kv = tight.scheduler.block_manager
         waits_for_a_start.append(bool(tight.scheduler.waiting) and kv.num_free_blocks > 10
-                                 and not kv.blocks.pool.can_start_sequence())
+                                 and not kv.can_start_sequence())
         return step
 
     tight.scheduler.schedule = recording_schedule

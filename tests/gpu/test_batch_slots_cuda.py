@@ -1,4 +1,4 @@
-"""Tail slots through the CUDA decode graphs: a TKV engine on CUDA whose four tail slots are shared out in turn among
+"""Batch slots through the CUDA decode graphs: a TKV engine on CUDA whose four batch slots are shared out in turn among
 twelve requests (overlapped steps, a shared prefix, batches padded up to a captured size) stages each replay's
 slots into the graphs' static buffer, padding rows on slot 0, and generates what the CPU TKV engine scores."""
 
@@ -23,7 +23,7 @@ from tests.gpu.engine_pair import (
 TOLERANCE = 0.05  # the GPU TKV engine's bound against the CPU reference (test_tkv_engine_cuda.py says why)
 
 
-def test_replays_stage_the_scheduled_tail_slots_and_generate_what_the_cpu_engine_scores() -> None:
+def test_replays_stage_the_scheduled_batch_slots_and_generate_what_the_cpu_engine_scores() -> None:
     config, calibration = smollm2_layers_with_k4v4(4)
     common = {"max_model_len": 512, "max_step_tokens": 96, "max_prefill_chunk_tokens": 64,
               "enable_prefix_cache": True, "kv_cache_memory_mib": 256, "kv_cache_dtype": "tkv",
@@ -42,12 +42,12 @@ def test_replays_stage_the_scheduled_tail_slots_and_generate_what_the_cpu_engine
     def checked_replay(batch: DecodeBatch) -> torch.Tensor:
         logits = replay(batch)
         torch.cuda.synchronize()
-        size = next(size for size in graphs.batch_sizes if size >= len(batch.tail_slots))
-        padding = size - len(batch.tail_slots)
-        assert graphs._tail_slots[:size].tolist() == list(batch.tail_slots) + [0] * padding
-        assert len(set(batch.tail_slots)) == len(batch.tail_slots)
+        size = next(size for size in graphs.batch_sizes if size >= len(batch.batch_slots))
+        padding = size - len(batch.batch_slots)
+        assert graphs._batch_slots[:size].tolist() == list(batch.batch_slots) + [0] * padding
+        assert len(set(batch.batch_slots)) == len(batch.batch_slots)
         padded_replays.append(padding > 0)
-        slots_apart_from_rows.append(batch.tail_slots != list(range(len(batch.tail_slots))))
+        slots_apart_from_rows.append(batch.batch_slots != list(range(len(batch.batch_slots))))
         return logits
 
     graphs.run = checked_replay
@@ -65,10 +65,10 @@ def test_replays_stage_the_scheduled_tail_slots_and_generate_what_the_cpu_engine
             # The schedule did not replay a padded batch or slots out of row order: stage one by hand (three rows
             # padded to the graph of four, slots out of order); checked_replay compares the static buffer.
             by_hand = DecodeBatch(input_ids=[1, 2, 3], positions=[0, 0, 0], slots=[-1, -1, -1], seq_lens=[1, 1, 1],
-                                  block_tables=[[0], [0], [0]], tail_slots=[3, 1, 2])
+                                  block_tables=[[0], [0], [0]], batch_slots=[3, 1, 2])
             gpu_engine.call(lambda: graphs.run(by_hand)).result(timeout=60)
         assert any(padded_replays) and any(slots_apart_from_rows)
-        assert gpu_engine.call(lambda: gpu_engine.scheduler.tail_slots.num_taken).result(timeout=30) == 0
+        assert gpu_engine.call(lambda: gpu_engine.scheduler.batch_slots.num_taken).result(timeout=30) == 0
     finally:
         cpu_engine.shutdown()
         gpu_engine.shutdown()

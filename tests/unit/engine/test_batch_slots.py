@@ -1,4 +1,4 @@
-"""Tail slots: the pool's precise refusals; the scheduler's slots over random schedules with preemption, prefix
+"""Batch slots: the pool's precise refusals; the scheduler's slots over random schedules with preemption, prefix
 hits, overlapped steps and finishes (unique among running sequences, stable while one runs, released on preemption,
 finish or once a sequence's last token is in flight, never the reason an admission waits below `max_running`, all
 free at the end); and the model runner passing each chunk's slot to attention and to the decode graphs' batch."""
@@ -10,13 +10,14 @@ import random
 import pytest
 import torch
 
-from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.block_manager import BlockManager
+from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.request import GenerationRequest, Priority, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep, Scheduler, SchedulerLimits
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
-from arbi_grpc.engine.tail_slots import TailSlots
+from arbi_grpc.engine.batch_slots import BatchSlots
 from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
 from tests.unit.engine.tiny_llama import tiny_llama_config
@@ -25,24 +26,25 @@ BLOCK_SIZE = 4
 
 
 def test_slots_are_taken_lowest_first_and_refusals_name_the_slot() -> None:
-    slots = TailSlots(3)
+    slots = BatchSlots(3)
     assert [slots.acquire() for _ in range(3)] == [0, 1, 2]
-    with pytest.raises(RuntimeError, match="every one of the 3 tail slots is taken"):
+    with pytest.raises(RuntimeError, match="every one of the 3 batch slots is taken"):
         slots.acquire()
     slots.release(1)
-    with pytest.raises(RuntimeError, match="tail slot 1 released but it is free"):
+    with pytest.raises(RuntimeError, match="batch slot 1 released but it is free"):
         slots.release(1)
-    with pytest.raises(RuntimeError, match="tail slot 3 is not one of the pool's slots 0..2"):
+    with pytest.raises(RuntimeError, match="batch slot 3 is not one of the pool's slots 0..2"):
         slots.release(3)
     assert (slots.num_free, slots.num_taken) == (1, 2)
     assert slots.acquire() == 1
     with pytest.raises(ValueError, match="at least one slot"):
-        TailSlots(0)
+        BatchSlots(0)
 
 
 def _scheduler(num_blocks: int, max_running: int, budget: int, prefix_cache: bool = False,
-               num_sink_blocks: int | None = None) -> Scheduler:
-    return Scheduler(KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache, num_sink_blocks),
+               num_first_blocks: int | None = None) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, BLOCK_SIZE, num_first_blocks=num_first_blocks,
+                     prefix_cache=PrefixCache(BLOCK_SIZE) if prefix_cache else None),
                      SchedulerLimits(max_running=max_running, max_step_tokens=budget,
                                      max_prefill_chunk_tokens=max(1, budget // 2)))
 
@@ -95,18 +97,18 @@ class _OverlappedLoop:
 
 
     def _index_known_blocks(self, sequence: Sequence) -> None:
-        self.scheduler.kv.index_full_blocks(sequence, min(sequence.num_computed_tokens, len(sequence.token_ids)))
+        self.scheduler.block_manager.index_full_blocks(sequence, min(sequence.num_computed_tokens, len(sequence.token_ids)))
 
 
 def _check_slots(scheduler: Scheduler, sequences: list[Sequence]) -> None:
-    holders = [s for s in sequences if s.tail_slot is not None]
-    slots = [s.tail_slot for s in holders]
-    assert len(set(slots)) == len(slots), f"two running sequences share a tail slot: {sorted(slots)}"
-    assert all(0 <= slot < scheduler.tail_slots.num_slots for slot in slots)
-    assert scheduler.tail_slots.num_taken == len(holders)
+    holders = [s for s in sequences if s.batch_slot is not None]
+    slots = [s.batch_slot for s in holders]
+    assert len(set(slots)) == len(slots), f"two running sequences share a batch slot: {sorted(slots)}"
+    assert all(0 <= slot < scheduler.batch_slots.num_slots for slot in slots)
+    assert scheduler.batch_slots.num_taken == len(holders)
     assert all(s.status is SequenceStatus.RUNNING for s in holders), "a waiting or finished sequence holds a slot"
     for s in scheduler.running:
-        assert s.tail_slot is not None or s.reached_max_output_tokens, "a running sequence lost its slot"
+        assert s.batch_slot is not None or s.reached_max_output_tokens, "a running sequence lost its slot"
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -115,13 +117,13 @@ def test_running_sequences_hold_unique_stable_slots_over_a_random_overlapped_sch
     max_running = rng.randint(1, 6)
     scheduler = _scheduler(num_blocks=rng.randint(10, 48), max_running=max_running, budget=rng.randint(2, 48),
                            prefix_cache=rng.random() < 0.7,
-                           num_sink_blocks=rng.choice([None, rng.randint(max_running + 1, 10)]))
+                           num_first_blocks=rng.choice([None, rng.randint(max_running + 1, 10)]))
     loop = _OverlappedLoop(scheduler)
     shared_prefix = list(range(1, rng.randint(0, 16) + 1))  # prompts start alike, so the prefix cache gets hits
     sequences: list[Sequence] = []
     for _ in range(300):
         action = rng.choices(["arrive", "step", "finish", "read"], weights=[2, 8, 1, 1])[0]
-        held_before = {s: s.tail_slot for s in sequences if s.tail_slot is not None}
+        held_before = {s: s.batch_slot for s in sequences if s.batch_slot is not None}
         preempted: list[Sequence] = []
         if action == "arrive":
             prompt = (shared_prefix + [100 + len(sequences)] * 30)[: rng.randint(1, 30)]
@@ -137,17 +139,17 @@ def test_running_sequences_hold_unique_stable_slots_over_a_random_overlapped_sch
         elif action == "step":
             preempted = loop.step()
             if scheduler.waiting and scheduler._num_batch_slots_taken() < max_running:
-                assert scheduler.tail_slots.num_free > 0, "an admission waited for a tail slot below max_running"
+                assert scheduler.batch_slots.num_free > 0, "an admission waited for a batch slot below max_running"
         _check_slots(scheduler, sequences)
         for sequence, slot in held_before.items():
-            if sequence.tail_slot is not None and sequence not in preempted:
-                assert sequence.tail_slot == slot, "a running sequence changed tail slot"
+            if sequence.batch_slot is not None and sequence not in preempted:
+                assert sequence.batch_slot == slot, "a running sequence changed batch slot"
     loop.read_in_flight()
     for sequence in sequences:
         if sequence.status is not SequenceStatus.FINISHED:
             scheduler.finish(sequence)
-    assert all(s.tail_slot is None for s in sequences)
-    assert scheduler.tail_slots.num_free == max_running
+    assert all(s.batch_slot is None for s in sequences)
+    assert scheduler.batch_slots.num_free == max_running
 
 
 def test_a_sequence_whose_last_token_is_in_flight_gives_its_slot_to_an_admission() -> None:
@@ -157,14 +159,14 @@ def test_a_sequence_whose_last_token_is_in_flight_gives_its_slot_to_an_admission
     scheduler.add(ending)
     scheduler.add(waiting)
     loop.step()  # prefill: `ending` samples its first token
-    assert (ending.tail_slot, waiting.status) == (0, SequenceStatus.WAITING)
+    assert (ending.batch_slot, waiting.status) == (0, SequenceStatus.WAITING)
     loop.step()  # decode: `ending` samples its last token
     assert ending.reached_max_output_tokens and ending.status is SequenceStatus.RUNNING
-    step = scheduler.schedule()  # `ending` is not scheduled again: its batch slot and tail slot go to `waiting`
+    step = scheduler.schedule()  # `ending` is not scheduled again: its batch slot goes to `waiting`
     assert [chunk.sequence for chunk in step.chunks] == [waiting]
-    assert ending.tail_slot is None and waiting.tail_slot == 0
+    assert ending.batch_slot is None and waiting.batch_slot == 0
     scheduler.finish(ending)  # its token read: nothing more to release
-    assert scheduler.tail_slots.num_taken == 1
+    assert scheduler.batch_slots.num_taken == 1
 
 
 def test_preemption_and_finish_release_the_slot_and_readmission_takes_one_again() -> None:
@@ -175,14 +177,14 @@ def test_preemption_and_finish_release_the_slot_and_readmission_takes_one_again(
     loop = _OverlappedLoop(scheduler)
     while not scheduler.num_preemptions:
         preempted = loop.step()
-    assert preempted == [second] and second.tail_slot is None and first.tail_slot == 0
+    assert preempted == [second] and second.batch_slot is None and first.batch_slot == 0
     scheduler.finish(first)
-    assert first.tail_slot is None and scheduler.tail_slots.num_free == 4
+    assert first.batch_slot is None and scheduler.batch_slots.num_free == 4
     loop.step()
-    assert second.status is SequenceStatus.RUNNING and second.tail_slot == 0
+    assert second.status is SequenceStatus.RUNNING and second.batch_slot == 0
 
 
-def test_a_max_running_raised_after_construction_is_capped_by_the_tail_slots() -> None:
+def test_a_max_running_raised_after_construction_is_capped_by_the_batch_slots() -> None:
     scheduler = _scheduler(64, max_running=2, budget=64)
     scheduler.limits = SchedulerLimits(max_running=4, max_step_tokens=64, max_prefill_chunk_tokens=32)  # admin update
     sequences = [_sequence(i, [10 * i + 1, 10 * i + 2], 8) for i in range(4)]
@@ -190,10 +192,10 @@ def test_a_max_running_raised_after_construction_is_capped_by_the_tail_slots() -
         scheduler.add(sequence)
     step = scheduler.schedule()
     assert [chunk.sequence for chunk in step.chunks] == sequences[:2]
-    assert [s.tail_slot for s in sequences] == [0, 1, None, None]
+    assert [s.batch_slot for s in sequences] == [0, 1, None, None]
 
 
-def test_the_runner_passes_each_chunk_s_tail_slot_not_its_row() -> None:
+def test_the_runner_passes_each_chunk_s_batch_slot_not_its_row() -> None:
     config = tiny_llama_config()
     model = random_causal_lm(config, torch.float32, "cpu", seed=1)
     kv_cache = PagedKVCache.for_model(config, num_blocks=8, block_size=BLOCK_SIZE, dtype=torch.float32, device="cpu")
@@ -201,13 +203,13 @@ def test_the_runner_passes_each_chunk_s_tail_slot_not_its_row() -> None:
     seen = []
     model.register_forward_pre_hook(lambda module, args: seen.append(args[2]))  # (ids, positions, metadata, cache)
     first, second = _sequence(0, list(range(1, 9)), 4), _sequence(1, list(range(11, 19)), 4)
-    first.block_table, first.tail_slot = [0, 1], 5
-    second.block_table, second.tail_slot = [2, 3], 2
+    first.block_table, first.batch_slot = [0, 1], 5
+    second.block_table, second.batch_slot = [2, 3], 2
     chunks = [ScheduledChunk(first, 0, 3), ScheduledChunk(second, 0, 1)]  # mid-prompt: nothing is sampled
     runner.launch(ScheduledStep(chunks), previous=None)
-    assert seen[0].tail_slots.tolist() == [5, 2]
+    assert seen[0].batch_slots.tolist() == [5, 2]
     decodes = [ScheduledChunk(second, 0, 1), ScheduledChunk(first, 0, 1)]
-    assert runner._decode_batch(runner._lay_out(decodes), None).tail_slots == [2, 5]
-    second.tail_slot = None
-    with pytest.raises(RuntimeError, match="request 'r1' was scheduled without a tail slot"):
+    assert runner._decode_batch(runner._lay_out(decodes), None).batch_slots == [2, 5]
+    second.batch_slot = None
+    with pytest.raises(RuntimeError, match="request 'r1' was scheduled without a batch slot"):
         runner.launch(ScheduledStep(chunks), previous=None)
