@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arbi_grpc.errors import InvalidArgumentError
+from arbi_kernels.limits import MAX_EXACT_WINDOW_TOKENS  # one tile of the TKV tail store kernel
 
 MIB = 1024 * 1024
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
 MAX_KV_EXACT_BLOCKS = 16
-# A TKV exact window is one tile of the tail store kernel (arbi_kernels.tkv_exact.MAX_EXACT_WINDOW_TOKENS).
-MAX_EXACT_WINDOW_TOKENS = 256
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 
 

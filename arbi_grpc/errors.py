@@ -36,6 +36,13 @@ class ResourceExhaustedError(ArbiError):
     code = "RESOURCE_EXHAUSTED"
 
 
+class FailedPreconditionError(ArbiError):
+    """The server is not in the state an operation needs (no resident model, requests still running, another kind
+    of KV storage)."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class UnsupportedArchitectureError(ArbiError):
     """A model's architecture is outside the explicit supported set."""
 

@@ -15,11 +15,12 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from concurrent.futures import Future
+from typing import Any
 
 from arbi_grpc.config import EngineConfig, SchedulingLimits
 from arbi_grpc.engine.engine import Engine
-from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError, UnavailableError
+from arbi_grpc.errors import ArbiError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from arbi_grpc.serving import ServedModel
 
 log = logging.getLogger(__name__)
@@ -27,13 +28,6 @@ log = logging.getLogger(__name__)
 _DRAIN_POLL_S = 0.05
 
 ModelLoader = Callable[[EngineConfig], ServedModel]
-T = TypeVar("T")
-
-
-class FailedPreconditionError(ArbiError):
-    """The server is not in the state an admin operation needs."""
-
-    code = "FAILED_PRECONDITION"
 
 
 class ModelHost:
@@ -136,12 +130,13 @@ class ModelHost:
         for engine in engines:
             await asyncio.to_thread(engine.shutdown)
 
-    async def rebuild_quiesced(self, operation: str, drain_timeout_s: float, rebuild: Callable[[Engine], T],
-                               config: EngineConfig) -> tuple[T, int]:
-        """Runs `rebuild(engine)` on the resident engine's thread once no request is in it: admission stops,
-        requests in flight get `drain_timeout_s`, the rest are cancelled; admission resumes afterwards unless
-        a drain was already in force. When `rebuild` succeeds, `config` becomes the config new models load
-        with. Returns rebuild's result and how many requests were cancelled.
+    async def rebuild_quiesced(self, operation: str, drain_timeout_s: float, rebuild: Callable[[Engine], Future],
+                               config: EngineConfig) -> tuple[Any, int]:
+        """Calls `rebuild(engine)`, an engine call (its future resolves on the engine thread), on the resident
+        engine once no request is in it: admission stops, requests in flight get `drain_timeout_s`, the rest are
+        cancelled; admission resumes afterwards unless a drain was already in force. When `rebuild` succeeds,
+        `config` becomes the config new models load with. Returns rebuild's result and how many requests were
+        cancelled.
         """
         served = self._require_resident()
         with self._exclusive(operation):
@@ -151,7 +146,7 @@ class ModelHost:
                 remaining = await self._wait_idle([served.engine], drain_timeout_s)
                 snapshots = await asyncio.wrap_future(served.engine.list_requests()) if remaining else []
                 cancelled = [await asyncio.wrap_future(served.engine.cancel(s.request_id)) for s in snapshots]
-                result = await asyncio.wrap_future(served.engine.call(lambda: rebuild(served.engine)))
+                result = await asyncio.wrap_future(rebuild(served.engine))
                 self._config = config
             finally:
                 if not was_draining:
@@ -179,14 +174,14 @@ class ModelHost:
 
     async def update_runtime_settings(self, settings: SchedulingLimits) -> SchedulingLimits:
         """Applies validated settings to the config new models load with and to the resident engine. More running
-        requests than the resident engine was built for is refused: its tail slots (and a TKV cache's sink rows)
-        are sized at load."""
+        requests than the resident engine was built for is refused: its batch slots (and the KV storage's state per
+        slot or first block) are sized at load."""
         if self._served is not None:
             capacity = self._served.engine.max_running_capacity
             if settings.max_running_requests > capacity:
                 raise FailedPreconditionError(
                     f"max_running_requests: the resident model was loaded for at most {capacity} running requests "
-                    f"(its KV tail slots are sized at load); lower it freely, or restart with "
+                    f"(its batch slots are sized at load); lower it freely, or restart with "
                     f"--max-running-requests {settings.max_running_requests}"
                 )
         self._config = dataclasses.replace(self._config, **dataclasses.asdict(settings))

@@ -12,9 +12,10 @@ import torch
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.input_processor import InputProcessor
-from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
+from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget
@@ -26,8 +27,7 @@ from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 from arbi_grpc.models.attention_selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import resolve_model
@@ -51,7 +51,7 @@ class ServedModel:
     config: EngineConfig
     parameter_count: int
     weight_bytes: int
-    kv_block_bytes: int  # one block over all layers, keys and values (a TKV pool's sink rows and tails are apart)
+    kv_block_bytes: int  # one block over all layers, keys and values (state per first block or batch slot is apart)
     memory_budget: MemoryBudget  # measured at boot
     metrics: ModelMetrics
 
@@ -109,7 +109,7 @@ def build_served_model(config: EngineConfig) -> ServedModel:
 
 def build_runner(
     model: CausalLM,
-    kv_cache: PagedKVCache | TkvPagedKVCache,
+    kv_cache: KVStorage,
     config: EngineConfig,
     max_model_len: int,
     backend: AttentionBackend,
@@ -138,8 +138,9 @@ def assemble_engine(
     eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
     return Engine(
         scheduler=Scheduler(
-            KVCacheManager(runner.kv_cache.num_blocks, config.block_size, config.enable_prefix_cache,
-                           _num_sink_blocks(runner.kv_cache)),
+            BlockManager(runner.kv_cache.num_blocks, config.block_size,
+                         num_first_blocks=runner.kv_cache.num_first_blocks,
+                         prefix_cache=PrefixCache(config.block_size) if config.enable_prefix_cache else None),
             config.scheduling_limits,
         ),
         runner=runner,
@@ -148,8 +149,3 @@ def assemble_engine(
         observer=observer,
         overlap_steps=config.overlap_steps,
     )
-
-
-def _num_sink_blocks(kv_cache: PagedKVCache | TkvPagedKVCache) -> int | None:
-    """The blocks that may start a sequence: a TKV cache's blocks with a sink row; None (all) for plain storage."""
-    return kv_cache.num_sink_blocks if isinstance(kv_cache, TkvPagedKVCache) else None

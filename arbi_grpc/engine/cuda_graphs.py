@@ -3,7 +3,7 @@ captured once at boot for bucketed batch sizes and replayed every decode step.
 
 A replay costs one graph launch instead of hundreds of kernel launches from Python. Inputs live in static
 device buffers that each step overwrites; a batch is padded up to the next captured size with rows that
-write nowhere (slot -1) and attend to nothing (context length 0, tail slot 0). Input ids sampled by the
+write nowhere (slot -1) and attend to nothing (context length 0, batch slot 0). Input ids sampled by the
 previous step are copied on the device (`CarriedTokens`), so a replay can be queued before the host has read
 them.
 """
@@ -20,7 +20,7 @@ from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.graph_batches import graph_batch_sizes
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 
 
 _PADDING = np.array([0, 0, -1], dtype=np.int64)  # input id, position, slot (-1: write nowhere)
@@ -35,7 +35,7 @@ class DecodeBatch:
     slots: list[int]
     seq_lens: list[int]
     block_tables: list[list[int]]
-    tail_slots: list[int]
+    batch_slots: list[int]
     carried: CarriedTokens | None = None  # input ids still on the device (their `input_ids` are placeholders)
 
 
@@ -47,8 +47,8 @@ class _Staging:
         self.vectors = self.vectors_tensor.numpy()  # input ids, positions, slots
         self.seq_lens_tensor = torch.zeros(max_batch, dtype=torch.int32).pin_memory()
         self.seq_lens = self.seq_lens_tensor.numpy()
-        self.tail_slots_tensor = torch.zeros(max_batch, dtype=torch.int32).pin_memory()
-        self.tail_slots = self.tail_slots_tensor.numpy()
+        self.batch_slots_tensor = torch.zeros(max_batch, dtype=torch.int32).pin_memory()
+        self.batch_slots = self.batch_slots_tensor.numpy()
         self.tables_tensor = torch.zeros(max_batch * max_blocks, dtype=torch.int32).pin_memory()
         self.tables = self.tables_tensor.numpy()
         self.copied = torch.cuda.Event()
@@ -58,7 +58,7 @@ class _Staging:
 class DecodeGraphs:
     """Captured decode steps of `model` over `kv_cache` for every size of `graph_batch_sizes(max_batch)`."""
 
-    def __init__(self, model: CausalLM, kv_cache: PagedKVCache, *, max_batch: int, max_model_len: int) -> None:
+    def __init__(self, model: CausalLM, kv_cache: KVStorage, *, max_batch: int, max_model_len: int) -> None:
         if max_batch <= 0:
             raise ValueError(f"max_batch must be > 0, got {max_batch}")
         self.model = model
@@ -71,7 +71,7 @@ class DecodeGraphs:
         self._positions = torch.zeros(max_batch, dtype=torch.int64, device=device)
         self._slots = torch.full((max_batch,), -1, dtype=torch.int64, device=device)
         self._seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=device)
-        self._tail_slots = torch.zeros(max_batch, dtype=torch.int32, device=device)
+        self._batch_slots = torch.zeros(max_batch, dtype=torch.int32, device=device)
         self._block_tables = torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
         self._query_start_loc = torch.arange(max_batch + 1, dtype=torch.int32, device=device)
         # Two sets, used in turn: a step stages its inputs while the previous step's copies may still be queued.
@@ -119,15 +119,15 @@ class DecodeGraphs:
         staging = self._stagings[self._num_runs % 2]
         self._num_runs += 1
         staging.copied.synchronize()
-        vectors, seq_lens, tail_slots = staging.vectors, staging.seq_lens, staging.tail_slots
+        vectors, seq_lens, batch_slots = staging.vectors, staging.seq_lens, staging.batch_slots
         vectors[:, :batch_size] = _PADDING[:, None]
         vectors[0, :num_seqs] = batch.input_ids
         vectors[1, :num_seqs] = batch.positions
         vectors[2, :num_seqs] = batch.slots
         seq_lens[:batch_size] = 0
         seq_lens[:num_seqs] = batch.seq_lens
-        tail_slots[:batch_size] = 0
-        tail_slots[:num_seqs] = batch.tail_slots
+        batch_slots[:batch_size] = 0
+        batch_slots[:num_seqs] = batch.batch_slots
         width = max(len(table) for table in batch.block_tables)
         tables = staging.tables[: num_seqs * width].reshape(num_seqs, width)
         for row, table in enumerate(batch.block_tables):
@@ -137,7 +137,7 @@ class DecodeGraphs:
         self._positions[:batch_size].copy_(staged[1], non_blocking=True)
         self._slots[:batch_size].copy_(staged[2], non_blocking=True)
         self._seq_lens[:batch_size].copy_(staging.seq_lens_tensor[:batch_size], non_blocking=True)
-        self._tail_slots[:batch_size].copy_(staging.tail_slots_tensor[:batch_size], non_blocking=True)
+        self._batch_slots[:batch_size].copy_(staging.batch_slots_tensor[:batch_size], non_blocking=True)
         self._block_tables[:num_seqs, :width].copy_(
             staging.tables_tensor[: num_seqs * width].view(num_seqs, width), non_blocking=True
         )
@@ -153,7 +153,7 @@ class DecodeGraphs:
             query_start_loc=self._query_start_loc[: batch_size + 1],
             seq_lens=self._seq_lens[:batch_size],
             block_tables=self._block_tables[:batch_size],
-            tail_slots=self._tail_slots[:batch_size],
+            batch_slots=self._batch_slots[:batch_size],
             query_lens_host=(1,) * batch_size,
             seq_lens_host=(1,) * batch_size,  # placeholders: a graph's kernels read only the device tensors
             seq_len_bound=self.max_model_len,

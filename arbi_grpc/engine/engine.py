@@ -9,6 +9,9 @@ request's sink. With overlapped steps (the default, `StepPipeline`) a step is sc
 the host reads the previous one's tokens, so the device never waits for the host's bookkeeping. Outputs are
 delivered on the engine thread: sinks must be cheap and thread-safe (the gRPC servicer hands them to its
 event loop).
+
+Other threads read the engine only through snapshots the engine thread publishes (`stats()`, after every step and
+task) or takes on request (`list_requests`); the KV storage is swapped by an engine call (`replace_kv_storage`).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOut
 from arbi_grpc.engine.sampler import SamplingState
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.engine.sequence import OutputSink, Sequence, SequenceStatus
+from arbi_grpc.engine.snapshots import EngineStats, RequestSnapshot, engine_stats, request_snapshots
 from arbi_grpc.engine.step_pipeline import StepPipeline
-from arbi_grpc.errors import ArbiError, ResourceExhaustedError, UnavailableError
+from arbi_grpc.errors import ArbiError, FailedPreconditionError, ResourceExhaustedError, UnavailableError
+from arbi_grpc.models.kv_storage import KVStorage, check_same_shape
 from arbi_grpc.observability.engine_observer import EngineObserver, NoEngineObserver
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
 from arbi_grpc.text.stop_strings import StopStringMatcher
@@ -65,30 +70,6 @@ class _Shutdown:
     error: ArbiError  # ends every request still in the engine
 
 
-@dataclass(frozen=True)
-class RequestSnapshot:
-    """Where one request stands, for listings (taken on the engine thread between steps)."""
-
-    request_id: str
-    running: bool
-    num_prompt_tokens: int
-    num_output_tokens: int
-    num_blocks: int
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    num_running: int
-    num_waiting: int
-    num_free_blocks: int
-    num_total_blocks: int
-    num_preemptions: int
-    num_cached_blocks: int
-    num_evictions: int
-    prefix_cache_hit_tokens: int
-    prefix_cache_query_tokens: int
-
-
 class Engine:
     """Continuous batching over a paged KV cache, driven by a background thread."""
 
@@ -106,11 +87,14 @@ class Engine:
         self._sequences: dict[str, Sequence] = {}
         self._lock = threading.Lock()
         self._num_pending = 0  # submitted, not yet taken by the loop
+        self._num_held = 0  # taken by the loop and not finished: len(_sequences), kept under the lock
         self._num_waiting = 0  # in the scheduler's waiting queue after the last step
         self._closed = False  # shutdown began (or the loop failed): no new submits or calls
         self._failure: UnavailableError | None = None
         self.on_failure: Callable[[UnavailableError], None] | None = None  # called on the engine thread
         self._thread: threading.Thread | None = None
+        self._max_running_capacity = scheduler.batch_slots.num_slots
+        self._stats = engine_stats(scheduler)  # replaced (never mutated) by the engine thread
 
     # -- called from any thread -------------------------------------------------------------------
 
@@ -153,16 +137,9 @@ class Engine:
             self._tasks.put(_Call(function, future))
         return future
 
-    def list_requests(self) -> Future:
+    def list_requests(self) -> Future[list[RequestSnapshot]]:
         """The requests in the engine, running ones first, then waiting ones in admission order."""
-        def snapshot() -> list[RequestSnapshot]:
-            held = [*self.scheduler.running, *self.scheduler.waiting]
-            return [
-                RequestSnapshot(s.request_id, s.status is SequenceStatus.RUNNING, s.num_prompt_tokens,
-                                s.num_output_tokens, len(s.block_table))
-                for s in held
-            ]
-        return self.call(snapshot)
+        return self.call(lambda: request_snapshots(self.scheduler))
 
     def update_limits(self, limits: SchedulingLimits) -> Future:
         """Replaces the scheduling limits from the next step on."""
@@ -183,33 +160,41 @@ class Engine:
 
     @property
     def max_running_capacity(self) -> int:
-        """The most running sequences this engine can hold: its tail slots, sized at construction."""
-        return self.scheduler.tail_slots.num_slots
+        """The most running sequences this engine can hold: its batch slots, sized at construction."""
+        return self._max_running_capacity
 
     @property
     def num_requests(self) -> int:
         """Requests submitted and not yet finished (queued as tasks, waiting or running)."""
         with self._lock:
-            return self._num_pending + len(self._sequences)
+            return self._num_pending + self._num_held
 
     def flush_prefix_cache(self, tenant: str | None = None) -> Future:
         """Drops cached prefixes (all, or one tenant's) between steps; the future holds the block count."""
-        return self.call(lambda: self.scheduler.kv.flush_prefix_cache(tenant))
+        return self.call(lambda: self.scheduler.block_manager.flush_prefix_cache(tenant))
 
     def stats(self) -> EngineStats:
-        kv = self.scheduler.kv
-        cache = kv.prefix_cache
-        return EngineStats(
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting),
-            num_free_blocks=kv.num_free_blocks,
-            num_total_blocks=kv.num_total_blocks,
-            num_preemptions=self.scheduler.num_preemptions,
-            num_cached_blocks=0 if cache is None else cache.num_cached_blocks,
-            num_evictions=kv.blocks.pool.num_evictions,
-            prefix_cache_hit_tokens=0 if cache is None else cache.stats.num_hit_tokens,
-            prefix_cache_query_tokens=0 if cache is None else cache.stats.num_query_tokens,
-        )
+        """The snapshot the engine thread published last: after every step, and after every task before the task's
+        caller hears back (a finished request's last output, a call's or a cancel's future)."""
+        return self._stats
+
+    @property
+    def kv_storage(self) -> KVStorage:
+        """The KV storage in force. Replaced only by `replace_kv_storage`; a storage's sizes never change."""
+        return self.runner.kv_cache
+
+    def replace_kv_storage(self, storage: KVStorage) -> Future[int]:
+        """Swaps the KV storage between steps (a recalibrated one, of the same shape): the decode graphs are captured
+        again over it and the prefix cache is emptied (its blocks hold the old storage's contents); the future holds
+        the cached blocks dropped. Refused, changing nothing, while a request is in the engine (FailedPrecondition)
+        or when the shapes differ (InvalidArgument)."""
+        def swap() -> int:
+            if self.scheduler.num_unfinished:
+                raise FailedPreconditionError("requests are still in the engine; the KV storage was not changed")
+            check_same_shape(self.runner.kv_cache, storage)
+            self.runner.replace_kv_cache(storage)
+            return self.scheduler.block_manager.flush_prefix_cache(None)
+        return self.call(swap)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="arbi-engine", daemon=True)
@@ -269,7 +254,7 @@ class Engine:
             try:
                 task = self._tasks.get(block=block)
             except queue.Empty:
-                self._sync_waiting_count()
+                self._publish_state()
                 return True
             block = False
             if isinstance(task, _Shutdown):
@@ -279,10 +264,13 @@ class Engine:
                 self._add(task)
                 with self._lock:
                     self._num_pending -= 1
+                    self._num_held += 1
             elif isinstance(task, _Cancel):
-                task.future.set_result(self._cancel(task.request_id))
+                cancelled = self._cancel(task.request_id)
+                self._publish_state()
+                task.future.set_result(cancelled)
             else:
-                self.pipeline.read_step_in_flight()  # a call sees every token read (and may swap the KV cache)
+                self.pipeline.read_step_in_flight()  # a call sees every token read (and may swap the KV storage)
                 self._run_call(task)
 
     def _add(self, task: _Submit) -> None:
@@ -300,17 +288,20 @@ class Engine:
         self.observer.request_added(request.request_id, task.arrival_s, len(request.prompt_token_ids))
         self.scheduler.add(sequence)
 
-    @staticmethod
-    def _run_call(task: _Call) -> None:
+    def _run_call(self, task: _Call) -> None:
         if not task.future.set_running_or_notify_cancel():
             return
         try:
-            task.future.set_result(task.function())
+            result = task.function()
         except Exception as error:  # handed to the caller through the future
+            self._publish_state()
             task.future.set_exception(error)
+        else:
+            self._publish_state()
+            task.future.set_result(result)
 
     def _cancel(self, request_id: str) -> bool:
-        sequence = self._sequences.pop(request_id, None)
+        sequence = self._release(request_id)
         if sequence is None:
             return False
         self.scheduler.finish(sequence)
@@ -321,19 +312,21 @@ class Engine:
             output_token_count=sequence.num_output_tokens,
         )
         self.observer.request_finished(request_id, output)
+        self._publish_state()
         sequence.sink(output)
         return True
 
     def step(self) -> None:
         """One turn of the loop: schedule and launch a step, read the one before it (`StepPipeline.step`)."""
         self.pipeline.step()
-        self._sync_waiting_count()
+        self._publish_state()
 
     def _finish(self, sequence: Sequence, output: RequestOutput) -> None:
-        self._sequences.pop(sequence.request_id, None)
+        self._release(sequence.request_id)
         if sequence.status is not SequenceStatus.FINISHED:
             self.scheduler.finish(sequence)
         self.observer.request_finished(sequence.request_id, output)
+        self._publish_state()  # before the sink: whoever hears of the end sees its blocks freed
         sequence.sink(output)
 
     def _abort_all(self, error: ArbiError) -> None:
@@ -346,7 +339,16 @@ class Engine:
                 log.exception("could not release request %s", sequence.request_id)
                 sequence.sink(output)
 
-    def _sync_waiting_count(self) -> None:
-        with self._lock:
-            self._num_waiting = len(self.scheduler.waiting)
+    def _release(self, request_id: str) -> Sequence | None:
+        """Forgets a request the engine holds (None when it holds none by that id)."""
+        sequence = self._sequences.pop(request_id, None)
+        if sequence is not None:
+            with self._lock:
+                self._num_held -= 1
+        return sequence
 
+    def _publish_state(self) -> None:
+        """The waiting count submit checks, and the stats snapshot."""
+        self._stats = engine_stats(self.scheduler)
+        with self._lock:
+            self._num_waiting = self._stats.num_waiting

@@ -4,8 +4,8 @@ Owns the model, its paged KV cache, the sampler and, on CUDA, the captured decod
 lays out input ids, positions and KV slots; for chunks that reach the end of their sequence it samples the
 next token, and for prompt positions of requests that asked for them it computes prompt log-probabilities.
 A step where every sequence brings one token replays a CUDA graph when one was captured for its size.
-Before a step runs, a TKV cache reading more than its own block exactly gets the prefix-cache blocks in the exact
-window of each sequence (re)admitted with a prefix hit seeded into its tail slot (`TkvPagedKVCache.seed_tail`).
+Before a step runs, the KV storage brings the per-slot state of each sequence (re)admitted with a prefix hit up to
+date with its reused blocks (`KVStorage.seed_reused_blocks`).
 
 `launch` queues a step on the device and returns without waiting for it; a token that the previous launched
 step sampled and the host has not read yet is taken from that step's device tensor. `LaunchedStep.result()`
@@ -26,10 +26,9 @@ from arbi_grpc.engine.sampler import SampleInFlight, Sampler
 from arbi_grpc.engine.sampler import prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.sequence import Sequence
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 
 
 @dataclass(frozen=True)
@@ -79,15 +78,14 @@ class _BatchLayout:
     query_lens: list[int]  # [B] new tokens per chunk
     seq_lens: list[int]  # [B] context length after the step
     block_tables: list[list[int]]  # [B] block ids
-    tail_slots: list[int]  # [B] each sequence's tail slot
+    batch_slots: list[int]  # [B] each sequence's batch slot
     logit_rows: list[int]  # rows of the flat batch whose logits are needed
     sample_rows: list[tuple[ScheduledChunk, int]]  # (chunk, index into logit_rows)
     prompt_rows: list[tuple[ScheduledChunk, int, int]]  # (chunk, first index into logit_rows, count)
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, kv_cache: PagedKVCache | TkvPagedKVCache, block_size: int,
-                 device: torch.device) -> None:
+    def __init__(self, model: torch.nn.Module, kv_cache: KVStorage, block_size: int, device: torch.device) -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = block_size
@@ -104,11 +102,17 @@ class ModelRunner:
         graphs.capture()
         self.decode_graphs = graphs
 
+    def replace_kv_cache(self, kv_cache: KVStorage) -> None:
+        """The storage the next steps read and write; decode graphs, which captured the old one, are captured again."""
+        self.kv_cache = kv_cache
+        if self.decode_graphs is not None:
+            self.capture_decode_graphs(self.decode_graphs.max_batch, self.decode_graphs.max_model_len)
+
     @torch.inference_mode()
     def launch(self, step: ScheduledStep, previous: LaunchedStep | None) -> LaunchedStep:
         """Queues the forward pass and sampling of `step`; `previous` is the launched step whose tokens the
         host has not read yet (None when every input token is on the host)."""
-        self._seed_exact_windows(step.chunks)
+        self._seed_reused_blocks(step.chunks)
         layout = self._lay_out(step.chunks)
         carried = self._carried(layout, previous)
         if self._replays_graph(step.chunks):
@@ -118,7 +122,7 @@ class ModelRunner:
         else:
             metadata = AttentionMetadata.build(
                 query_lens=layout.query_lens, seq_lens=layout.seq_lens, block_tables=layout.block_tables,
-                block_size=self.block_size, device=self.device, tail_slots=layout.tail_slots,
+                block_size=self.block_size, device=self.device, batch_slots=layout.batch_slots,
             )
             input_ids = tensor_on_device_no_sync(layout.input_ids, torch.int64, self.device)
             if carried is not None:
@@ -137,20 +141,13 @@ class ModelRunner:
             prompt_logprobs[chunk.sequence] = score_prompt(logits[first: first + count], tokens)
         return LaunchedStep(sequences, sample, prompt_logprobs)
 
-    def _seed_exact_windows(self, chunks: list[ScheduledChunk]) -> None:
-        """A sequence admitted with a prefix hit of h blocks reads blocks max(0, h - E + 1)..h - 1 exactly from its
-        tail ring in its first step, but they were never in that slot: write their decoded values there, queued on
-        the device before the step's own work (a later step's reads and writes of the slot come after)."""
-        kv_cache = self.kv_cache
-        if not isinstance(kv_cache, TkvPagedKVCache) or kv_cache.exact_blocks == 1:
-            return
+    def _seed_reused_blocks(self, chunks: list[ScheduledChunk]) -> None:
+        """Queued on the device before the step's own work (a later step's reads and writes of the slot come
+        after)."""
         for chunk in chunks:
-            if not chunk.num_reused_blocks:
-                continue
-            first_block = max(0, chunk.num_reused_blocks - kv_cache.exact_blocks + 1)
-            block_ids = chunk.sequence.block_table[first_block: chunk.num_reused_blocks]
-            kv_cache.seed_tail(_tail_slot(chunk.sequence),
-                               tensor_on_device_no_sync(block_ids, torch.int64, self.device), first_block)
+            if chunk.num_reused_blocks:
+                self.kv_cache.seed_reused_blocks(_batch_slot(chunk.sequence), chunk.sequence.block_table,
+                                                 chunk.num_reused_blocks)
 
     @staticmethod
     def _carried(layout: _BatchLayout, previous: LaunchedStep | None) -> CarriedTokens | None:
@@ -193,7 +190,7 @@ class ModelRunner:
             query_lens=[chunk.num_tokens for chunk in chunks],
             seq_lens=[chunk.start + chunk.num_tokens for chunk in chunks],
             block_tables=[chunk.sequence.block_table for chunk in chunks],
-            tail_slots=[_tail_slot(chunk.sequence) for chunk in chunks],
+            batch_slots=[_batch_slot(chunk.sequence) for chunk in chunks],
             logit_rows=logit_rows,
             sample_rows=sample_rows,
             prompt_rows=prompt_rows,
@@ -207,7 +204,7 @@ class ModelRunner:
             for table, position in zip(layout.block_tables, positions)
         ]
         return DecodeBatch(layout.input_ids, positions, slots, layout.seq_lens, layout.block_tables,
-                           layout.tail_slots, carried)
+                           layout.batch_slots, carried)
 
     def _replays_graph(self, chunks: list[ScheduledChunk]) -> bool:
         return (
@@ -217,10 +214,10 @@ class ModelRunner:
         )
 
 
-def _tail_slot(sequence: Sequence) -> int:
-    if sequence.tail_slot is None:
-        raise RuntimeError(f"request {sequence.request_id!r} was scheduled without a tail slot")
-    return sequence.tail_slot
+def _batch_slot(sequence: Sequence) -> int:
+    if sequence.batch_slot is None:
+        raise RuntimeError(f"request {sequence.request_id!r} was scheduled without a batch slot")
+    return sequence.batch_slot
 
 
 def _select_rows(tensor: Tensor, rows: list[int]) -> Tensor:

@@ -5,17 +5,15 @@ root hash derived from the namespace (the tenant), so two tenants never share an
 tokens. A lookup walks a new sequence's full blocks from the root and stops at the first miss; every hit
 is confirmed against the stored token ids and parent hash, so a hash collision can never serve wrong KV.
 
-The cache only indexes blocks; the `BlockPool` owns their lifecycle. A registered block whose last
-reference is released becomes evictable (LRU) instead of free, and is reused by a later hit or evicted by
-the pool when an allocation finds no free block. Chosen over a radix tree because block-granular hashes
+The cache only indexes blocks; the `BlockManager` owns their lifecycle and holds this cache: it retains the
+blocks of a hit, asks `holds` when a block's last reference goes (a registered block becomes evictable, LRU,
+instead of free) and calls `forget` when it evicts one because an allocation found no free block. Chosen over a radix tree because block-granular hashes
 need no tree surgery on eviction and map one-to-one onto the pool's blocks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from arbi_grpc.engine.block_manager import BlockPool
 
 
 @dataclass(frozen=True)
@@ -41,16 +39,13 @@ class PrefixCacheStats:
 
 
 class PrefixCache:
-    """Maps chained block hashes to KV blocks of a pool."""
+    """Maps chained block hashes to KV blocks of `block_size` tokens."""
 
-    def __init__(self, pool: BlockPool, block_size: int) -> None:
-        self.pool = pool
+    def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self._block_by_hash: dict[int, int] = {}
         self._entries: dict[int, _Entry] = {}  # block -> entry
         self.stats = PrefixCacheStats()
-        pool.is_cached = self._entries.__contains__
-        pool.on_evict = self._forget
 
     @property
     def num_cached_blocks(self) -> int:
@@ -64,9 +59,13 @@ class PrefixCache:
     def chain(parent_hash: int, token_ids: tuple[int, ...]) -> int:
         return hash((parent_hash, token_ids))
 
+    def holds(self, block: int) -> bool:
+        """Whether `block` is registered (its last release makes it evictable rather than free)."""
+        return block in self._entries
+
     def match(self, namespace: str, token_ids: list[int], max_blocks: int) -> tuple[list[int], list[int]]:
-        """Retains the cached blocks of the longest cached prefix (at most `max_blocks`); returns them and
-        their chained hashes."""
+        """The cached blocks of the longest cached prefix (at most `max_blocks`) and their chained hashes; the
+        caller retains the blocks."""
         self.stats.num_queries += 1
         self.stats.num_query_tokens += len(token_ids)
         blocks: list[int] = []
@@ -81,7 +80,6 @@ class PrefixCache:
             entry = self._entries[block]
             if entry.token_ids != tokens or entry.parent_hash != parent or entry.namespace != namespace:
                 break  # a hash collision: never serve it
-            self.pool.retain(block)
             blocks.append(block)
             hashes.append(block_hash)
             parent = block_hash
@@ -99,14 +97,14 @@ class PrefixCache:
             self._entries[block] = _Entry(namespace, parent_hash, token_ids, block_hash)
         return block_hash
 
-    def flush(self, namespace: str | None = None) -> int:
-        """Drops every entry (or one namespace's); unreferenced blocks return to the free list."""
+    def flush(self, namespace: str | None = None) -> list[int]:
+        """Drops every entry (or one namespace's); returns the blocks unindexed."""
         dropped = [b for b, e in self._entries.items() if namespace is None or e.namespace == namespace]
         for block in dropped:
-            self._forget(block)
-            self.pool.release_evictable(block)
-        return len(dropped)
+            self.forget(block)
+        return dropped
 
-    def _forget(self, block: int) -> None:
+    def forget(self, block: int) -> None:
+        """Drops `block`'s entry (it was evicted)."""
         entry = self._entries.pop(block)
         del self._block_by_hash[entry.block_hash]

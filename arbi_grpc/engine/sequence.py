@@ -41,7 +41,7 @@ class Sequence:
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     # Held while the sequence runs and may be scheduled again (scheduler.py says when it is released).
-    tail_slot: int | None = None
+    batch_slot: int | None = None
     status: SequenceStatus = SequenceStatus.WAITING
     # Prompt log-probabilities collected over prefill chunks, delivered with the first output.
     prompt_logprobs: list[float | None] | None = None

@@ -105,7 +105,7 @@ class StepPipeline:
     def _index_known_blocks(self, sequence: Sequence) -> None:
         """Offers the prefix cache the blocks that launched steps fill and whose token ids the host holds (a
         later step that reuses them reads them after they are written, in the device's queue)."""
-        self.scheduler.kv.index_full_blocks(sequence, min(sequence.num_computed_tokens, len(sequence.token_ids)))
+        self.scheduler.block_manager.index_full_blocks(sequence, min(sequence.num_computed_tokens, len(sequence.token_ids)))
 
     def _complete(self, in_flight: _InFlightStep) -> None:
         """Reads a launched step's tokens, indexes the blocks it filled and streams its outputs."""

@@ -1,12 +1,12 @@
-"""The paged TKV KV cache: per layer, packed key/value codes with their fp16 group scales and zeros, an fp16
+"""The paged TKV KV cache (a `KVStorage`): per layer, packed key/value codes with their fp16 group scales and zeros, an fp16
 sink pool for each sequence's first tokens, an fp16 tail pool holding each running sequence's last
 `exact_blocks` blocks exactly (a ring), and the layer's calibrated transform, all on the device; and the
 decoding of blocks back to the code space, which readers and the tail seeding share.
 
 Block ids, slots (block_id * block_size + offset) and block tables are those of the bf16 `PagedKVCache`. Only
 the first `num_sink_blocks` blocks have a sink row; the engine's block pool gives every sequence a first block
-among them. Tail slots are the engine's: one per running sequence. Layout and semantics: docs/tkv.md,
-"Engine integration" and "Exact window".
+among them (`num_first_blocks`). Each of the engine's batch slots (one per running sequence) has a tail slot, its
+ring (`num_batch_slots`). Layout and semantics: docs/tkv.md, "Engine integration" and "Exact window".
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from arbi_grpc.kv_codec.spec import (
     bytes_per_token,
     sink_bytes_per_sequence,
 )
+from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 
 
 def exact_window_start(position: int, block_size: int, exact_blocks: int) -> int:
@@ -249,13 +250,27 @@ class TkvPagedKVCache:
         )
 
     @property
-    def transform_bytes(self) -> int:
-        """Bytes of the per-layer channel transforms on the device (outside the blocks: the codec's scratch)."""
-        return sum(
-            t.numel() * t.element_size()
-            for layer in self._layers
+    def codec_tensors(self) -> list[Tensor]:
+        """The per-layer channel transforms on the device (outside the blocks: the codec's scratch)."""
+        return [
+            t for layer in self._layers
             for t in (layer.key_channel_scale, layer.key_shift, layer.value_channel_scale, layer.value_shift)
-        )
+        ]
+
+    @property
+    def transform_bytes(self) -> int:
+        """Bytes of `codec_tensors`."""
+        return sum(t.numel() * t.element_size() for t in self.codec_tensors)
+
+    @property
+    def num_first_blocks(self) -> int:
+        """The blocks with a sink row: only they may start a sequence."""
+        return self.num_sink_blocks
+
+    @property
+    def num_batch_slots(self) -> int:
+        """One tail slot per batch slot."""
+        return self.num_tail_slots
 
     @property
     def device(self) -> torch.device:
@@ -274,6 +289,10 @@ class TkvPagedKVCache:
             bits = f"{calibration.average_bits():.2f} bits per layer-allocated K/V"
         window = f" exact{self.exact_blocks}" if self.exact_blocks > 1 else ""
         return f"tkv {bits} G{calibration.group_size} sink{calibration.sink_tokens}{window}"
+
+    @property
+    def codec_name(self) -> str:
+        return self.setting_name
 
     @property
     def key_caches(self) -> list[Tensor]:
@@ -297,6 +316,16 @@ class TkvPagedKVCache:
     def codec(self, layer_index: int) -> TkvLayerCodec:
         """Layer `layer_index`'s codec: encodes K/V into the stored code space with this layer's bits."""
         return self._codecs[layer_index]
+
+    def seed_reused_blocks(self, batch_slot: int, block_table: list[int], num_reused_blocks: int) -> None:
+        """A sequence admitted with a prefix hit of h blocks reads blocks max(0, h - E + 1)..h - 1 exactly from its
+        tail ring in its first step, but they were never in that slot: write their decoded values there (nothing
+        when E is 1: a query's own block is never a reused one)."""
+        if self.exact_blocks == 1 or not num_reused_blocks:
+            return
+        first_block = max(0, num_reused_blocks - self.exact_blocks + 1)
+        block_ids = tensor_on_device_no_sync(block_table[first_block:num_reused_blocks], torch.int64, self.device)
+        self.seed_tail(batch_slot, block_ids, first_block)
 
     def seed_tail(self, tail_slot: int, block_ids: Tensor, first_block_index: int) -> None:
         """Write the decoded values (code space, dequantized codes) of `block_ids` [N] (int64, on the cache's

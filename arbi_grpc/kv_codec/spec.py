@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arbi_grpc.errors import InvalidArgumentError
-
-SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
-"""Bit widths the packer stores densely (7 is left out: no kernel plans to read it)."""
+from arbi_kernels.limits import SUPPORTED_BITS  # shared with the TKV kernels
 
 GROUP_METADATA_BYTES = 4
 """Per group of channels: one fp16 scale and one fp16 zero (the value that code 0 stands for)."""

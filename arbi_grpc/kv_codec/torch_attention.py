@@ -26,16 +26,16 @@ from arbi_grpc.kv_codec.paged_cache import (
 )
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.torch_paged_attention import (
-    TorchPagedAttention,
+    DecodeGroups,
     grouped_query_attention,
 )
 
 
 @dataclass(frozen=True)
-class TkvTorchPagedAttention(TorchPagedAttention):
-    """The `AttentionBackend` over a `TkvPagedKVCache`; the reference the TKV kernels are tested against."""
+class TkvTorchPagedAttention(DecodeGroups):
+    """The `AttentionBackend[TkvPagedKVCache]` in torch; the reference the TKV kernels are tested against."""
 
-    def forward(  # type: ignore[override]  (reads a TkvPagedKVCache, not a PagedKVCache)
+    def forward(
         self,
         layer_index: int,
         query: Tensor,
@@ -115,7 +115,7 @@ def store_tail(storage: TkvLayerStorage, exact: ExactTokens, metadata: Attention
             positions.append(position)
         start += query_len
     device = exact.keys.device
-    slots = metadata.tail_slots.long().index_select(0, torch.tensor(sequences, dtype=torch.int64, device=device))
+    slots = metadata.batch_slots.long().index_select(0, torch.tensor(sequences, dtype=torch.int64, device=device))
     ring_rows = storage.ring_rows(torch.tensor(positions, dtype=torch.int64, device=device))
     destinations = slots * storage.key_tail.shape[1] + ring_rows  # flat rows of [num_tail_slots * E * bs]
     rows_tensor = torch.tensor(rows, dtype=torch.int64, device=device)
@@ -168,7 +168,7 @@ def _attend_decodes(
     token_rows = metadata.query_start_loc.index_select(0, rows).long()  # [Bg] flat index of each query
     seq_lens = metadata.seq_lens.index_select(0, rows).long()  # [Bg]
     group_rows = torch.arange(rows.shape[0], device=rows.device)
-    tail_slots = metadata.tail_slots.index_select(0, rows).long()
+    tail_slots = metadata.batch_slots.index_select(0, rows).long()
     last_blocks = (seq_lens - 1) // block_size  # [Bg]
     for context, tail, new in ((keys, storage.key_tail, exact.keys), (values, storage.value_tail, exact.values)):
         context_blocks = context.view(rows.shape[0], num_blocks, block_size, *context.shape[2:])
@@ -214,7 +214,7 @@ def _attend_prefill(
     )  # [1, L, Hkv, D]
     _overlay_sinks(storage, table[:1], decoded_keys, decoded_values)
     exact_start = exact_window_start(prefix_len, block_size, exact_blocks)  # the first query's window
-    slot = metadata.tail_slots[sequence].long()
+    slot = metadata.batch_slots[sequence].long()
     ring_rows = storage.ring_rows(torch.arange(exact_start, prefix_len, device=transformed.device))
     # The context the current query block reads: decoded before its window, exact from there on (positions from
     # exact_start on are set exact once, then given back to their decoded values as the window moves on).

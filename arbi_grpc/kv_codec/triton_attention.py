@@ -36,7 +36,7 @@ def new_token_positions(metadata: AttentionMetadata) -> Tensor:
 
 @dataclass(frozen=True)
 class TkvTritonPagedAttention:
-    """The `AttentionBackend` over a `TkvPagedKVCache` on CUDA (or Triton's interpreter on CPU, for tests).
+    """The `AttentionBackend[TkvPagedKVCache]` on CUDA (or Triton's interpreter on CPU, for tests).
 
     compute_dtype: the dtype q' and the decoded K/V tiles enter the kernels' dots in; float16 uses tensor
     cores (relative rounding 2^-11, below every TKV step), float32 gives exact products at a large cost.
@@ -71,7 +71,7 @@ class TkvTritonPagedAttention:
                                                  storage)  # [T, Hkv, D] fp16, code space
         transformed = tkv_transform_queries(query, storage)  # q': [T, Hq, D] fp32
         softmax_scale = query.shape[-1] ** -0.5
-        exact = (metadata.tail_slots, key_exact, value_exact)
+        exact = (metadata.batch_slots, key_exact, value_exact)
         if metadata.is_decode_only:  # token row b is sequence b
             accumulated = tkv_paged_decode_attention(
                 transformed, storage, metadata.block_tables, metadata.seq_lens, *exact, softmax_scale,
@@ -83,5 +83,5 @@ class TkvTritonPagedAttention:
                 softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
             )
         store_tkv_tail(key_exact, value_exact, storage, metadata.query_start_loc, metadata.seq_lens,
-                       metadata.tail_slots)  # after attention: a chunk may still read the old tail rows
+                       metadata.batch_slots)  # after attention: a chunk may still read the old tail rows
         return tkv_transform_output(accumulated, storage, query.dtype)

@@ -23,11 +23,10 @@ from torch.utils._pytree import tree_flatten
 
 from arbi_grpc.engine.sampler import Sampler, SamplingState, prompt_logprobs
 from arbi_grpc.engine.sampling_params import MAX_LOGPROBS_COUNT, SamplingParams, StoppingParams
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 
 # The sampler's most expensive settings: every filter and penalty on, the most top log-probabilities.
 _HEAVIEST_SAMPLING = SamplingParams(
@@ -70,7 +69,7 @@ class LiveTensorPeak(TorchDispatchMode):
         return output
 
 
-def measure_activation_peak(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> int:
+def measure_activation_peak(model: CausalLM, kv_cache: KVStorage, step: ProfileStep) -> int:
     """Runs `step` and returns its peak of activation bytes; the KV cache is zeroed afterwards."""
     device = kv_cache.device
     if device.type == "cuda":
@@ -87,7 +86,7 @@ def measure_activation_peak(model: CausalLM, kv_cache: PagedKVCache, step: Profi
     return peak
 
 
-def _cuda_allocator_peak(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> int:
+def _cuda_allocator_peak(model: CausalLM, kv_cache: KVStorage, step: ProfileStep) -> int:
     device = kv_cache.device
     with torch.inference_mode():
         _run_step(model, kv_cache, step)  # warm-up: library workspaces, Triton compilation and autotuning
@@ -99,18 +98,18 @@ def _cuda_allocator_peak(model: CausalLM, kv_cache: PagedKVCache, step: ProfileS
     return torch.cuda.max_memory_allocated(device) - allocated_before
 
 
-def _run_step(model: CausalLM, kv_cache: PagedKVCache, step: ProfileStep) -> None:
+def _run_step(model: CausalLM, kv_cache: KVStorage, step: ProfileStep) -> None:
     device = kv_cache.device
     block_size = kv_cache.block_size
     # Consecutive block ids from block 0 for every sequence, wrapping around the pool: the profile needs valid
-    # slots, not private ones, and a first block that has a sink row (a TKV pool gives only its first blocks one).
+    # slots, not private ones, and a first block that may start a sequence (`KVStorage.num_first_blocks`).
     tables = [[i % kv_cache.num_blocks for i in range(-(-length // block_size))] for length in step.prompt_lengths]
-    # Tail slots wrap around a TKV pool's the same way: the profile may hold more prompts than sequences can run at
-    # once, and fresh prompts never read their tails.
-    num_tail_slots = kv_cache.num_tail_slots if isinstance(kv_cache, TkvPagedKVCache) else len(tables)
+    # Batch slots wrap around a storage's the same way: the profile may hold more prompts than sequences can run at
+    # once, and fresh prompts never read a slot's state.
+    num_slots = len(tables) if kv_cache.num_batch_slots is None else kv_cache.num_batch_slots
     metadata = AttentionMetadata.build(
         query_lens=step.prompt_lengths, seq_lens=step.prompt_lengths, block_tables=tables,
-        block_size=block_size, device=device, tail_slots=[i % num_tail_slots for i in range(len(tables))],
+        block_size=block_size, device=device, batch_slots=[i % num_slots for i in range(len(tables))],
     )
     input_ids = torch.zeros(step.num_tokens, dtype=torch.int64, device=device)
     positions = token_positions(metadata.query_lens_host, metadata.seq_lens_host, device)

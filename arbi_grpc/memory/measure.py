@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 import torch
 
 from arbi_grpc.config import EngineConfig
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.activation_profile import measure_activation_peak
 from arbi_grpc.memory.budget import (
     MemoryBudget,
@@ -32,7 +31,7 @@ from arbi_grpc.memory.estimate import codec_detail, step_detail
 from arbi_grpc.memory.kv_pool import KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -56,7 +55,7 @@ def reserved_growth(action: Callable[[], None], device: torch.device) -> int:
 
 def measure_budget(
     model: CausalLM,
-    kv_cache: PagedKVCache | TkvPagedKVCache,
+    kv_cache: KVStorage,
     config: EngineConfig,
     kv_pool: KVPoolPlan,
     limit: MemoryLimit,
@@ -90,14 +89,10 @@ def measure_budget(
     return MemoryBudget(device=config.device, method="measured", components=tuple(components), limit=limit)
 
 
-def codec_tensor_bytes(kv_cache: PagedKVCache | TkvPagedKVCache) -> int:
-    """What the KV codec keeps outside the pool's blocks: TKV's per-layer channel scales and shifts of keys and
-    values; nothing for a plain cache."""
-    if not isinstance(kv_cache, TkvPagedKVCache):
-        return 0
-    layers = [kv_cache.layer(index) for index in range(kv_cache.num_layers)]
-    return tensor_bytes(tensor for layer in layers for tensor in (
-        layer.key_channel_scale, layer.key_shift, layer.value_channel_scale, layer.value_shift))
+def codec_tensor_bytes(kv_cache: KVStorage) -> int:
+    """What the KV codec keeps outside the pool's blocks (`KVStorage.codec_tensors`, e.g. TKV's per-layer channel
+    scales and shifts); nothing for a plain cache."""
+    return tensor_bytes(kv_cache.codec_tensors)
 
 
 def _cuda_components(

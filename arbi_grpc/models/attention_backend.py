@@ -1,19 +1,24 @@
-"""The contract between the decoder and an attention implementation over the paged KV cache.
+"""The contract between the decoder and an attention implementation over one kind of KV storage.
 
-The torch reference backend implements it; Triton kernels can replace it without touching the model code.
+A backend is typed over the storage kind it reads (`AttentionBackend[PagedKVCache]`, `AttentionBackend[
+TkvPagedKVCache]`): it alone knows that kind's layout; the decoder hands it whatever storage the engine built
+with it (`attention_selection` picks the two together). The torch reference backends implement it; Triton kernels
+can replace them without touching the model code.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 from torch import Tensor
 
 from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
+
+StorageT = TypeVar("StorageT", bound=KVStorage, contravariant=True)
 
 
-class AttentionBackend(Protocol):
+class AttentionBackend(Protocol[StorageT]):
     """Stores one layer's new keys/values in the cache, then attends each sequence's new queries over its context."""
 
     # True when a decode step (every query_len 1) reads only device tensors, never host values that change
@@ -27,7 +32,7 @@ class AttentionBackend(Protocol):
         key: Tensor,  # [T, num_kv_heads, head_dim], RoPE applied
         value: Tensor,  # [T, num_kv_heads, head_dim]
         metadata: AttentionMetadata,
-        kv_cache: PagedKVCache,
+        kv_cache: StorageT,
     ) -> Tensor:
         """Causal attention with softmax scale `head_dim ** -0.5`; returns `[T, num_heads, head_dim]`.
 

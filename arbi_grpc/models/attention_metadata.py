@@ -26,9 +26,9 @@ class AttentionMetadata:
     query_start_loc: Tensor  # [B + 1] int32: offsets of each sequence's new tokens in the flat batch
     seq_lens: Tensor  # [B] int32: context length of each sequence after this step (cached + new)
     block_tables: Tensor  # [B, max_blocks_per_seq] int32, padded with 0 beyond a sequence's blocks
-    # [B] int32: each sequence's tail slot, where a TKV cache keeps its last block exact (unique among running
-    # sequences, stable while one runs; other caches ignore it)
-    tail_slots: Tensor
+    # [B] int32: each sequence's batch slot (unique among running sequences, stable while one runs), for storages
+    # that keep state per running sequence (`KVStorage.num_batch_slots`); others ignore it
+    batch_slots: Tensor
     query_lens_host: tuple[int, ...]  # [B] new tokens of each sequence this step (>= 1)
     seq_lens_host: tuple[int, ...]  # [B] same values as `seq_lens`
     # An upper bound on seq_lens for kernels that size their launch from it; None means max(seq_lens_host).
@@ -51,7 +51,7 @@ class AttentionMetadata:
             "slot_mapping": (sum(self.query_lens_host),),
             "query_start_loc": (num_seqs + 1,),
             "seq_lens": (num_seqs,),
-            "tail_slots": (num_seqs,),
+            "batch_slots": (num_seqs,),
         }
         for name, shape in expected_shapes.items():
             if tuple(getattr(self, name).shape) != shape:
@@ -98,18 +98,18 @@ class AttentionMetadata:
         block_tables: Sequence[Sequence[int]],
         block_size: int,
         device: torch.device | str = "cpu",
-        tail_slots: Sequence[int] | None = None,
+        batch_slots: Sequence[int] | None = None,
     ) -> AttentionMetadata:
         """Build the metadata from host lists; each block table must cover its sequence's `seq_len` tokens.
 
-        `tail_slots` None gives each sequence its row index: right for one-step callers whose batch rows are their
+        `batch_slots` None gives each sequence its row index: right for one-step callers whose batch rows are their
         sequences (calibration, profiling, tests), not for an engine whose batches change between steps.
         """
         if len(block_tables) != len(query_lens):
             raise ValueError(f"{len(block_tables)} block tables for {len(query_lens)} sequences")
-        tail_slots = range(len(query_lens)) if tail_slots is None else tail_slots
-        if len(tail_slots) != len(query_lens):
-            raise ValueError(f"{len(tail_slots)} tail slots for {len(query_lens)} sequences")
+        batch_slots = range(len(query_lens)) if batch_slots is None else batch_slots
+        if len(batch_slots) != len(query_lens):
+            raise ValueError(f"{len(batch_slots)} batch slots for {len(query_lens)} sequences")
         for index, (table, seq_len) in enumerate(zip(block_tables, seq_lens)):
             if len(table) * block_size < seq_len:
                 raise ValueError(f"sequence {index}: {len(table)} blocks of {block_size} cannot hold {seq_len} tokens")
@@ -130,7 +130,7 @@ class AttentionMetadata:
             query_start_loc=to_device_no_sync(query_start_loc, device),
             seq_lens=to_device_no_sync(torch.tensor(seq_lens, dtype=torch.int32), device),
             block_tables=to_device_no_sync(padded_tables.to(torch.int32), device),
-            tail_slots=to_device_no_sync(torch.tensor(list(tail_slots), dtype=torch.int32), device),
+            batch_slots=to_device_no_sync(torch.tensor(list(batch_slots), dtype=torch.int32), device),
             query_lens_host=tuple(int(n) for n in query_lens),
             seq_lens_host=tuple(int(n) for n in seq_lens),
         )

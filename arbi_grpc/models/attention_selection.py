@@ -1,7 +1,8 @@
 """Chooses, from the engine config, the attention backend the decoder calls and the KV cache storage it reads.
 
-The two are picked together because a backend only understands some storages: the bf16/fp32 backends read
-`PagedKVCache`, the TKV backends read the codec's packed cache.
+The two are picked together because a backend is typed over one storage kind (`AttentionBackend[S]`): the bf16/fp32
+backends read `PagedKVCache`, the TKV backends read the codec's packed cache. The rest of the engine sees only
+the `KVStorage` protocol.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from arbi_grpc.memory.kv_pool import num_sink_blocks
 from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -57,10 +59,11 @@ def _select_tkv_backend(config: EngineConfig) -> AttentionBackend:
 
 def build_kv_cache(
     config: EngineConfig, model_config: ModelConfig, num_blocks: int, tkv_calibration: TkvCalibration | None = None
-) -> PagedKVCache | TkvPagedKVCache:
+) -> KVStorage:
     """The zeroed paged KV cache of `num_blocks` blocks in the storage `config.kv_cache_dtype` names; a TKV cache
     is built from `tkv_calibration` (engine_calibration.load_engine_calibration), checked against the model, with
-    the sink rows the pool planner counts (`kv_pool.num_sink_blocks`) and tail slots of `kv_exact_blocks` blocks."""
+    the sink rows the pool planner counts (`kv_pool.num_sink_blocks`) and a tail slot of `kv_exact_blocks` blocks per
+    batch slot."""
     if config.kv_cache_dtype == "tkv":
         if tkv_calibration is None:
             raise InvalidArgumentError("kv_calibration", "a TKV cache is built from a calibration bundle; none given")

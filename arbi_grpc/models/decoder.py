@@ -20,7 +20,7 @@ from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.models.kv_storage import KVStorage
 
 # Reads the model's tensors given their names and shapes (in checkpoint order): `CausalLM.from_weights`.
 WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, Tensor]]
@@ -95,7 +95,7 @@ class DecoderAttention(nn.Module):
         self.qkv_weight, self.qkv_bias = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(
-        self, states: Tensor, rotation: Rotation, metadata: AttentionMetadata, kv_cache: PagedKVCache
+        self, states: Tensor, rotation: Rotation, metadata: AttentionMetadata, kv_cache: KVStorage
     ) -> Tensor:
         if self.qkv_weight is None:
             raise RuntimeError("DecoderAttention: call CausalLM.fuse_projections() once the weights are loaded")
@@ -131,7 +131,7 @@ class DecoderLayer(nn.Module):
         residual: Tensor | None,
         rotation: Rotation,
         metadata: AttentionMetadata,
-        kv_cache: PagedKVCache,
+        kv_cache: KVStorage,
     ) -> tuple[Tensor, Tensor]:
         """(this layer's MLP output, the residual stream before it): the next layer adds the two (fused into
         its input norm), so the stream is `states + residual` between layers. The first layer has no residual.
@@ -207,7 +207,7 @@ class CausalLM(nn.Module):
         return model.eval()
 
     def forward(
-        self, input_ids: Tensor, positions: Tensor, metadata: AttentionMetadata, kv_cache: PagedKVCache
+        self, input_ids: Tensor, positions: Tensor, metadata: AttentionMetadata, kv_cache: KVStorage
     ) -> Tensor:
         """input_ids [T], positions [T] -> normalised hidden states [T, hidden_size]; writes K/V of all T tokens."""
         states = self.model.embed_tokens(input_ids)  # [T, hidden]

@@ -66,7 +66,8 @@ class PageLists:
 
 
 class FlashInferPagedAttention:
-    """The `AttentionBackend` over FlashInfer (bf16 paged cache, CUDA). One instance serves every layer."""
+    """The `AttentionBackend[PagedKVCache]` over FlashInfer (bf16 paged cache, CUDA). One instance serves every
+    layer."""
 
     # Each step is planned on the host from its metadata; a replayed CUDA graph would keep the captured plan.
     cuda_graph_safe: ClassVar[bool] = False

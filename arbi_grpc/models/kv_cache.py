@@ -1,4 +1,5 @@
-"""The paged KV cache storage: per layer, one key and one value tensor of fixed-size token blocks.
+"""The plain paged KV cache storage (a `KVStorage`): per layer, one key and one value tensor of fixed-size token
+blocks, in bf16 or fp32, and no state per first block or per batch slot.
 
 Block allocation (which sequence owns which block) belongs to the engine; this module only owns the memory.
 """
@@ -84,6 +85,27 @@ class PagedKVCache:
     @property
     def device(self) -> torch.device:
         return self.key_caches[0].device
+
+    @property
+    def num_first_blocks(self) -> int:
+        """Every block may start a sequence."""
+        return self.num_blocks
+
+    @property
+    def num_batch_slots(self) -> None:
+        """No state per running sequence."""
+        return None
+
+    @property
+    def codec_tensors(self) -> list[Tensor]:
+        return []
+
+    @property
+    def codec_name(self) -> str:
+        return "none"
+
+    def seed_reused_blocks(self, batch_slot: int, block_table: list[int], num_reused_blocks: int) -> None:
+        """Nothing to seed: attention reads reused blocks as they are."""
 
     def layer(self, layer_index: int) -> tuple[Tensor, Tensor]:
         """The (key, value) block tensors of one layer."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import torch
 import torch.nn.functional as F
@@ -21,13 +21,13 @@ from arbi_grpc.models.kv_cache import PagedKVCache
 
 
 @dataclass(frozen=True)
-class TorchPagedAttention:
-    """The `AttentionBackend` used on CPU and as the correctness reference for kernels.
+class DecodeGroups:
+    """How the torch backends batch decode sequences: in padded groups of similar context length, each of at most
+    `max_decode_group_size` sequences and `max_decode_group_tokens` padded context tokens.
 
-    A decode group holds at most `max_decode_group_size` sequences and `max_decode_group_tokens` padded context
-    tokens. On CPU, bounded groups keep the gathered K/V small: with 2 threads, 64 decodes of ~256 to ~1024
-    context tokens attended about 4 times faster in such groups than in one padded call (fresh multi-megabyte
-    gathers cost more than the attention itself). On a GPU one padded call per step is fastest: `for_device`.
+    On CPU, bounded groups keep the gathered K/V small: with 2 threads, 64 decodes of ~256 to ~1024 context tokens
+    attended about 4 times faster in such groups than in one padded call (fresh multi-megabyte gathers cost more
+    than the attention itself). On a GPU one padded call per step is fastest: `for_device`.
     """
 
     cuda_graph_safe: ClassVar[bool] = False  # plans decode groups from host-side context lengths
@@ -35,7 +35,7 @@ class TorchPagedAttention:
     max_decode_group_tokens: int = 8192
 
     @classmethod
-    def for_device(cls, device: torch.device | str) -> TorchPagedAttention:
+    def for_device(cls, device: torch.device | str) -> Self:
         """Bounded decode groups on CPU, a single decode group per step elsewhere."""
         if torch.device(device).type == "cpu":
             return cls()
@@ -47,6 +47,24 @@ class TorchPagedAttention:
                 "decode group limits must be > 0, got "
                 f"{self.max_decode_group_size} sequences and {self.max_decode_group_tokens} tokens"
             )
+
+    def _decode_groups(self, sorted_seq_lens: tuple[int, ...], block_size: int) -> Iterator[tuple[int, int]]:
+        """[start, end) ranges over the length-sorted decode sequences, each within the group limits."""
+        start = 0
+        while start < len(sorted_seq_lens):
+            end = start + 1
+            while end < len(sorted_seq_lens) and end - start < self.max_decode_group_size:
+                padded_len = -(-sorted_seq_lens[end] // block_size) * block_size  # the longest if `end` joins
+                if (end - start + 1) * padded_len > self.max_decode_group_tokens:
+                    break
+                end += 1
+            yield start, end
+            start = end
+
+
+@dataclass(frozen=True)
+class TorchPagedAttention(DecodeGroups):
+    """The `AttentionBackend[PagedKVCache]` used on CPU and as the correctness reference for kernels."""
 
     def forward(
         self,
@@ -72,19 +90,6 @@ class TorchPagedAttention:
         for sequence in metadata.prefill_sequence_indices:
             _attend_prefill(query, key_cache, value_cache, block_size, metadata, sequence, query_starts, output)
         return output
-
-    def _decode_groups(self, sorted_seq_lens: tuple[int, ...], block_size: int) -> Iterator[tuple[int, int]]:
-        """[start, end) ranges over the length-sorted decode sequences, each within the group limits."""
-        start = 0
-        while start < len(sorted_seq_lens):
-            end = start + 1
-            while end < len(sorted_seq_lens) and end - start < self.max_decode_group_size:
-                padded_len = -(-sorted_seq_lens[end] // block_size) * block_size  # the longest if `end` joins
-                if (end - start + 1) * padded_len > self.max_decode_group_tokens:
-                    break
-                end += 1
-            yield start, end
-            start = end
 
 
 def _attend_decodes(

@@ -18,7 +18,7 @@ from arbi_grpc.models.kv_cache import PagedKVCache
 
 @dataclass(frozen=True)
 class TritonPagedAttention:
-    """The `AttentionBackend` of the CUDA engine path (bf16 or fp32 paged cache)."""
+    """The `AttentionBackend[PagedKVCache]` of the CUDA engine path (bf16 or fp32 paged cache)."""
 
     cuda_graph_safe: ClassVar[bool] = True
 

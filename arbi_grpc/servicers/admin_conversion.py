@@ -10,7 +10,6 @@ from arbi_client.arbi.v1 import admin_types_pb2 as admin_pb
 
 from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.measure import tensor_bytes
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
 from arbi_grpc.server_config import ServerConfig
@@ -76,10 +75,9 @@ def running_request(snapshot: RequestSnapshot) -> admin_pb.RunningRequest:
 
 def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int | float]:
     """The fields of GetMemoryReportResponse; bytes come from the storage in force (a KV calibration reload may
-    change them). The pool's bytes are its tensors': blocks and, for TKV, the sink rows of the blocks that may
-    start a sequence and the tail slots of the running sequences, which the per-token figure spreads over the
-    whole capacity."""
-    storage = served.engine.runner.kv_cache
+    change them). The pool's bytes are its tensors' (`KVStorage.key_caches`, `value_caches`): blocks and any state
+    the storage keeps per first block or batch slot, which the per-token figure spreads over the whole capacity."""
+    storage = served.engine.kv_storage
     used = stats.num_total_blocks - stats.num_free_blocks
     block_bytes = storage.bytes_per_block
     block_tokens = served.config.block_size
@@ -102,5 +100,4 @@ def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, i
 
 def kv_codec(served: ServedModel | None) -> str:
     """GetServerInfoResponse.kv_codec: "none" for plain KV tensors, else the TKV setting in force."""
-    storage = None if served is None else served.engine.runner.kv_cache
-    return storage.setting_name if isinstance(storage, TkvPagedKVCache) else "none"
+    return "none" if served is None else served.engine.kv_storage.codec_name

@@ -1,33 +1,39 @@
-"""arbi_kernels: Triton kernels for arbi-serve's GPU fast path, each with a torch reference in `reference`.
+"""arbi_kernels: Triton kernels for arbi-serve's GPU fast path (their torch references are in tests/kernels/).
 
-Importing this package imports triton; set TRITON_INTERPRET=1 before the import to run on CPU.
+Importing the package imports neither torch nor triton: a kernel's module (and with it triton) loads on the first
+use of its name (`from arbi_kernels import rms_norm`), and `limits` holds the TKV bounds the engine shares.
+Set TRITON_INTERPRET=1 before the first kernel loads to run the kernels on CPU (triton reads it then).
 """
 
-from arbi_kernels.activation import silu_and_mul
-from arbi_kernels.decode_attention import paged_decode_attention
-from arbi_kernels.kv_cache_write import write_kv_cache
-from arbi_kernels.norm import rms_norm
-from arbi_kernels.prefill_attention import paged_prefill_attention
-from arbi_kernels.rotary import HeadNorms, apply_rotary_embedding, build_rotary_cache
-from arbi_kernels.tkv_decode_attention import tkv_paged_decode_attention
-from arbi_kernels.tkv_prefill_attention import tkv_paged_prefill_attention
-from arbi_kernels.tkv_tail import store_tkv_tail
-from arbi_kernels.tkv_transforms import tkv_transform_output, tkv_transform_queries
-from arbi_kernels.tkv_write import write_tkv_cache
+from __future__ import annotations
 
-__all__ = [
-    "HeadNorms",
-    "apply_rotary_embedding",
-    "build_rotary_cache",
-    "paged_decode_attention",
-    "paged_prefill_attention",
-    "rms_norm",
-    "silu_and_mul",
-    "store_tkv_tail",
-    "tkv_paged_decode_attention",
-    "tkv_paged_prefill_attention",
-    "tkv_transform_output",
-    "tkv_transform_queries",
-    "write_kv_cache",
-    "write_tkv_cache",
-]
+import importlib
+
+# Each exported name -> the module that defines it.
+_EXPORTS = {
+    "silu_and_mul": "activation",
+    "paged_decode_attention": "decode_attention",
+    "write_kv_cache": "kv_cache_write",
+    "rms_norm": "norm",
+    "paged_prefill_attention": "prefill_attention",
+    "HeadNorms": "rotary",
+    "apply_rotary_embedding": "rotary",
+    "build_rotary_cache": "rotary",
+    "tkv_paged_decode_attention": "tkv_decode_attention",
+    "tkv_paged_prefill_attention": "tkv_prefill_attention",
+    "store_tkv_tail": "tkv_tail",
+    "tkv_transform_output": "tkv_transforms",
+    "tkv_transform_queries": "tkv_transforms",
+    "write_tkv_cache": "tkv_write",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'arbi_kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"arbi_kernels.{module}"), name)
+    globals()[name] = value
+    return value

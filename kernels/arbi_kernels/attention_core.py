@@ -2,8 +2,9 @@
 building blocks.
 
 `paged_token_offsets` turns context positions into element offsets through a block table; `online_softmax_step`
-folds one K/V tile into a running (max, sum, accumulator) triple. Scores live in the log2 domain: callers pass
-`qk_scale = softmax_scale * log2(e)` and use exp2, which is cheaper than exp.
+folds one K/V tile into a running (max, sum, accumulator) triple, as its two halves `online_softmax_update`
+(scores) and `accumulate_values` (values), which the TKV kernels call apart. Scores live in the log2 domain:
+callers pass `qk_scale = softmax_scale * log2(e)` and use exp2, which is cheaper than exp.
 """
 
 from __future__ import annotations
@@ -81,11 +82,26 @@ def online_softmax_step(
     """One flash-attention update. q: [M, D], k/v: [N, D], visible: [M, N] or broadcastable (read only
     when APPLY_MASK). Every row must see at least one key of the tile, or of an earlier tile."""
     scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [M, N], log2 units
+    m_i, l_i, acc, p = online_softmax_update(scores, visible, m_i, l_i, acc, APPLY_MASK)
+    return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION)  # acc: [M, D]
+
+
+@triton.jit
+def online_softmax_update(scores, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr):
+    """The score half of an update: fold scores [M, N] (log2 units; -inf where not `visible` if APPLY_MASK) into
+    the running max and sum: returns the new (m_i, l_i), acc rescaled, and the weights p [M, N]."""
     if APPLY_MASK:
         scores = tl.where(visible, scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # [M]
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(scores - m_new[:, None])  # [M, N]
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)  # [M, D]
-    return m_new, l_i, acc
+    return m_new, l_i * alpha + tl.sum(p, axis=1), acc * alpha[:, None], p
+
+
+@triton.jit
+def accumulate_values(acc, p, v, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False):
+    """The value half: acc + p @ v, p taken in v's dtype. TRANSPOSED_DOTS computes it as (v^T @ p^T)^T
+    (tkv_core.attend_tile says when that is faster)."""
+    if TRANSPOSED_DOTS:
+        return tl.trans(tl.dot(tl.trans(v), tl.trans(p.to(v.dtype)), tl.trans(acc), input_precision=DOT_PRECISION))
+    return acc + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)

@@ -27,6 +27,7 @@ from arbi_kernels.checks import (
     require_shape,
     require_tile_size,
 )
+from arbi_kernels.device import multiprocessor_count
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 MIN_TOKENS_PER_SPLIT = 256
@@ -150,12 +151,6 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sm
     return max(1, min(useful, wanted, MAX_SPLITS))
 
 
-def _multiprocessor_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 1
-
-
 def paged_decode_attention(
     query: torch.Tensor,
     key_cache: torch.Tensor,
@@ -187,7 +182,7 @@ def paged_decode_attention(
     if max_seq_len < 0:
         raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
     if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, _multiprocessor_count(query.device))
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, multiprocessor_count(query.device))
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
 

@@ -9,13 +9,12 @@ one row elementwise across tiles with a single sum over K at the end, for 2 to 1
 tile (BLOCK_M = the next power of two of M).
 When N / BLOCK_N programs cannot fill the GPU, `split_k` programs share a row block's K range; each writes a
 float32 partial and a second kernel sums them, adds the bias and rounds once. Tiles come from `TUNED_TILES`
-(filled from kernels/bench_skinny_matmul.py's sweep on the H200) or a fixed heuristic: never a runtime
+(filled from benchmarks/skinny_matmul.py's sweep on the H200) or a fixed heuristic: never a runtime
 autotune, because decode runs inside CUDA graphs.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +32,7 @@ from arbi_kernels.checks import (
     require_tile_size,
     require_unit_last_stride,
 )
+from arbi_kernels.device import multiprocessor_count
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 MAX_ROWS = 16
@@ -71,9 +71,9 @@ class SkinnyTiles:
         return f"{kind} n{self.block_n} k{self.block_k} s{self.split_k} w{self.num_warps} st{self.num_stages}"
 
 
-# (row bucket, N, K) -> tiles for 16-bit dtypes, from the sweep in kernels/bench_skinny_matmul.py on one H200
+# (row bucket, N, K) -> tiles for 16-bit dtypes, from the sweep in benchmarks/skinny_matmul.py on one H200
 # (bf16). Shapes not listed, and float32, use `heuristic_tiles`.
-# One-row (batch-1 decode) tiles from kernels/bench_skinny_matmul.py on an H200, 2026-11-29: each beat
+# One-row (batch-1 decode) tiles from benchmarks/skinny_matmul.py on an H200, 2026-11-29: each beat
 # F.linear (cuBLAS) by 1.02x to 2.7x in CUDA-graph timings. Multi-row buckets lost to cuBLAS for most shapes in
 # that sweep and are not listed (the heuristic serves them when called directly).
 TUNED_TILES: dict[tuple[int, int, int], SkinnyTiles] = {
@@ -124,18 +124,13 @@ def heuristic_tiles(num_rows: int, n: int, k: int, element_size: int, num_sms: i
     return SkinnyTiles(block_n=block_n, block_k=block_k, split_k=split_k, use_dot=use_dot)
 
 
-@functools.cache
-def _multiprocessor_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def choose_skinny_tiles(num_rows: int, n: int, k: int, dtype: torch.dtype, device: torch.device) -> SkinnyTiles:
     """The tuned tiles for (row bucket, N, K) if the sweep measured that shape, else the heuristic's."""
     element_size = dtype.itemsize
     tuned = TUNED_TILES.get((row_bucket(num_rows), n, k)) if element_size == 2 else None
     if tuned is not None:
         return tuned
-    num_sms = _multiprocessor_count(device) if device.type == "cuda" else CPU_NUM_SMS
+    num_sms = multiprocessor_count(device) if device.type == "cuda" else CPU_NUM_SMS
     return heuristic_tiles(num_rows, n, k, element_size, num_sms)
 
 

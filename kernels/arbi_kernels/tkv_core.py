@@ -19,15 +19,13 @@ import torch
 import triton
 import triton.language as tl
 
+from arbi_kernels.attention_core import accumulate_values, online_softmax_update
 from arbi_kernels.checks import require_head_dim, require_same_device
+from arbi_kernels.limits import MAX_EXACT_WINDOW_TOKENS, SUPPORTED_BITS
 
-SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
 WORD_DTYPES: dict[int, torch.dtype] = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 """Widths whose 8-code word is a whole machine integer; the others are read byte by byte."""
 COMPUTE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.float32)
-MAX_EXACT_WINDOW_TOKENS = 256
-"""Most positions of a tail slot's exact window (exact_blocks * block_size): the tail store copies it as one
-tile. tkv_exact.py, which owns the window, exports it; it lives here because validate_tkv_layer checks it."""
 
 
 class TkvLayerTensors(Protocol):
@@ -357,26 +355,6 @@ def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PREC
     else:
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [M, N], log2 units (q is pre-scaled)
     return online_softmax_update(scores, visible, m_i, l_i, acc, APPLY_MASK)
-
-
-@triton.jit
-def online_softmax_update(scores, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr):
-    """Fold scores [M, N] (log2 units; -inf where not `visible` if APPLY_MASK) into the running max and sum:
-    returns the new (m_i, l_i), acc rescaled, and the weights p [M, N]."""
-    if APPLY_MASK:
-        scores = tl.where(visible, scores, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # [M]
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(scores - m_new[:, None])  # [M, N]
-    return m_new, l_i * alpha + tl.sum(p, axis=1), acc * alpha[:, None], p
-
-
-@triton.jit
-def accumulate_values(acc, p, v, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False):
-    """acc + p @ v, p taken in v's dtype (TRANSPOSED_DOTS: as attend_tile)."""
-    if TRANSPOSED_DOTS:
-        return tl.trans(tl.dot(tl.trans(v), tl.trans(p.to(v.dtype)), tl.trans(acc), input_precision=DOT_PRECISION))
-    return acc + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
 
 
 @triton.jit

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from arbi_kernels.attention_core import LOG2_E
+from arbi_kernels.attention_core import LOG2_E, accumulate_values
 from arbi_kernels.checks import (
     next_power_of_two,
     require_dtype,
@@ -36,12 +36,11 @@ from arbi_kernels.decode_attention import (
     MAX_SPLITS,
     MIN_TOKENS_PER_SPLIT,
     _decode_merge_kernel,
-    _multiprocessor_count,
 )
+from arbi_kernels.device import multiprocessor_count
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
     TkvLayerTensors,
-    accumulate_values,
     attend_coded_tile,
     attend_decoded_tile,
     attend_sink_tile,
@@ -89,7 +88,7 @@ class TkvDecodeTiles:
     programs fit an SM: None lets the compiler choose. mask_words predicates every packed-word load on its position
     being a coded one, as the kernel first did; by default only the block ids, scales and zeros are masked (a
     position outside the split reads block 0's words, which decode to 0 with a scale and zero of 0): on sm_90 that
-    takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (bench_tkv.py --decode-only).
+    takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (benchmarks/tkv_kernels.py --decode-only).
     ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_core.nibble_pair_view
     and nibble_pairs_as_halves), on CUDA with float16 compute only (elsewhere, and for other widths, the flag
     changes nothing). transposed_dots: scores as (k @ q^T)^T and the value sum as (v^T @ p^T)^T
@@ -122,7 +121,7 @@ class TkvDecodeTiles:
 DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True)
 """What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages (701 instructions per warp and
 64-token tile at 127 registers on sm_90, against 1246 at 149 for the first kernel). H200, K4V4, batch 32, 32k
-context (bench_tkv.py --decode-only, 2026-11-29): 1.04 ms, where the first kernel took 1.33 ms and bf16 1.06 ms."""
+context (benchmarks/tkv_kernels.py --decode-only, 2026-11-29): 1.04 ms, where the first kernel took 1.33 ms and bf16 1.06 ms."""
 
 
 @triton.jit
@@ -288,7 +287,7 @@ def tkv_paged_decode_attention(
     query: q' = (H q) / s_k in float32, float16 or bfloat16; block_tables [B, max_blocks] int32; seq_lens [B]
     int32 (0 gives a zero row and reads nothing). max_seq_len / num_splits: as paged_decode_attention (pass both
     to make no host sync, e.g. under a CUDA graph), except that num_splits=None picks choose_tkv_num_splits.
-    tiles: the launch shape (TkvDecodeTiles; bench_tkv.py --sweep and --decode-only time others).
+    tiles: the launch shape (TkvDecodeTiles; benchmarks/tkv_kernels.py --sweep and --decode-only time others).
     compute_dtype: the dtype decoded tiles and q' enter the dots in (float16: tensor cores, float32: exact
     products, slow).
     """
@@ -319,7 +318,7 @@ def tkv_paged_decode_attention(
     if max_seq_len < 0:
         raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
     if num_splits is None:
-        num_splits = choose_tkv_num_splits(num_seqs, num_kv_heads, max_seq_len, _multiprocessor_count(query.device))
+        num_splits = choose_tkv_num_splits(num_seqs, num_kv_heads, max_seq_len, multiprocessor_count(query.device))
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
 

@@ -12,14 +12,9 @@ import triton
 import triton.language as tl
 
 from arbi_kernels.checks import require_dtype, require_shape, require_unit_last_stride
-from arbi_kernels.tkv_core import (
-    MAX_EXACT_WINDOW_TOKENS,
-    TkvLayerTensors,
-    code_channels,
-)
+from arbi_kernels.tkv_core import TkvLayerTensors, code_channels
 
-__all__ = [  # MAX_EXACT_WINDOW_TOKENS, the window's bound, is defined in tkv_core for validate_tkv_layer
-    "MAX_EXACT_WINDOW_TOKENS",
+__all__ = [
     "exact_window_blocks",
     "load_exact_rows",
     "tail_ring_rows",

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from arbi_kernels.attention_core import LOG2_E
+from arbi_kernels.attention_core import LOG2_E, accumulate_values, online_softmax_update
 from arbi_kernels.checks import (
     require_dtype,
     require_positive_scale,
@@ -30,14 +30,12 @@ from arbi_kernels.checks import (
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_core import (
     TkvLayerTensors,
-    accumulate_values,
     attend_coded_tile,
     attend_sink_tile,
     code_channels,
     compute_precision,
     decode_vectors,
     load_coded_vectors,
-    online_softmax_update,
     packed_code_view,
     paged_slots,
     require_compute_dtype,

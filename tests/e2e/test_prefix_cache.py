@@ -92,10 +92,10 @@ def test_tenants_never_share_cached_blocks(stub, served_smollm2) -> None:
     engine = served_smollm2.served.engine
     warm = generate(stub, _request(system, "Hello!", tenant_id="tenant-a"))
     assert warm.last.usage.cached_prompt_token_count == 0
-    hits_before = engine.scheduler.kv.prefix_cache.stats.hits_by_namespace.get("tenant-b", 0)
+    hits_before = engine.scheduler.block_manager.prefix_cache.stats.hits_by_namespace.get("tenant-b", 0)
     other = generate(stub, _request(system, "Hello!", tenant_id="tenant-b"))
     assert other.last.usage.cached_prompt_token_count == 0
-    assert engine.scheduler.kv.prefix_cache.stats.hits_by_namespace.get("tenant-b", 0) == hits_before
+    assert engine.scheduler.block_manager.prefix_cache.stats.hits_by_namespace.get("tenant-b", 0) == hits_before
     same = generate(stub, _request(system, "Hello!", tenant_id="tenant-a"))
     assert same.last.usage.cached_prompt_token_count > 0
     assert same.token_ids == warm.token_ids == other.token_ids
@@ -131,7 +131,7 @@ def test_admin_flush_empties_the_cache(stub, served_smollm2) -> None:
     assert generate(stub, _request(system, "One.", tenant_id="flush-b")).last.usage.cached_prompt_token_count > 0
     admin.FlushPrefixCache(admin_pb.FlushPrefixCacheRequest(), metadata=metadata)
     assert engine.stats().num_cached_blocks == 0
-    assert engine.scheduler.kv.blocks.pool.num_evictable_blocks == 0
+    assert engine.scheduler.block_manager.num_evictable_blocks == 0
     with pytest.raises(grpc.RpcError) as refused:
         admin.FlushPrefixCache(admin_pb.FlushPrefixCacheRequest())
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED

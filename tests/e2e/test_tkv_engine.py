@@ -3,7 +3,7 @@ server's loss, the setting and its memory in the admin API, ReloadKvCalibration 
 one serving on failure), and boot refusals (no bundle, bad bits, another model's bundle, a corrupt bundle).
 
 The bundles here are uncalibrated (`TkvCalibration.uniform`: rotation only), which K8V8 does not need; the
-calibrated quality table comes from arbi_grpc/benchmarks/tkv_perplexity.py.
+calibrated quality table comes from benchmarks/tkv_perplexity.py.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def test_reload_swaps_the_bits_flushes_the_prefix_cache_and_serves(tkv_server, b
         assert reloaded.flushed_block_count > 0 and engine.stats().num_cached_blocks == 0
         assert _kv_codec(tkv_server) == "tkv K4V3 G32 sink1 exact4"
         assert engine.runner.kv_cache.bytes_per_block == 30 * 16 * 3 * (32 + 24 + 2 * 2 * 4)
-        assert engine.runner.kv_cache.num_sink_blocks == sink_rows == engine.scheduler.kv.blocks.pool.num_sink_blocks
+        assert engine.runner.kv_cache.num_sink_blocks == sink_rows == engine.scheduler.block_manager.num_first_blocks
         # Uncalibrated K4V3 still speaks (its quality is the benchmark's business, not this test's).
         assert len(generate(stub, chat_request("What is the capital of France?", max_output_tokens=8)).token_ids) == 8
         assert _reload(tkv_server, str(bundles["k4v3"]), kv_bits="8").kv_codec == "tkv K8V8 G32 sink1 exact4"

@@ -4,7 +4,6 @@ re-scoring of GPU-generated tokens by a CPU engine (its prompt logprobs)."""
 
 from __future__ import annotations
 
-from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.offline import CompletedRequest, generate
@@ -21,6 +20,7 @@ from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.reference_shapes import reference_hf_config
 from arbi_grpc.serving import assemble_engine, build_runner
+from benchmarks.gpu_decode import synthetic_tokenizer
 
 
 def smollm2_layers_with_k4v4(num_layers: int) -> tuple[ModelConfig, TkvCalibration]:

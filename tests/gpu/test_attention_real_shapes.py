@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from arbi_kernels import paged_decode_attention, paged_prefill_attention
-from arbi_kernels.reference import paged_decode_attention_reference, paged_prefill_attention_reference
-from arbi_kernels.testing import BatchShape, PagedBatch, random_paged_batch, tolerance
+from tests.kernels.paged_batches import BatchShape, PagedBatch, random_paged_batch, tolerance
+from tests.kernels.reference import paged_decode_attention_reference, paged_prefill_attention_reference
 
 GROUP_SIZES = [1, 3, 4, 8]
 NUM_KV_HEADS = 2

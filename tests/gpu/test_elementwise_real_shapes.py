@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from arbi_kernels import HeadNorms, apply_rotary_embedding, build_rotary_cache, rms_norm, silu_and_mul, write_kv_cache
-from arbi_kernels.reference import (
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import (
     rms_norm_reference,
     rotary_embedding_reference,
     silu_and_mul_reference,
     write_kv_cache_reference,
 )
-from arbi_kernels.testing import tolerance
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 

@@ -11,11 +11,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from arbi_kernels.reference import (
-    paged_prefill_attention_reference,
-    write_kv_cache_reference,
-)
-from arbi_kernels.testing import tolerance
 
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import CompletedRequest, generate
@@ -28,6 +23,11 @@ from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 from tests.gpu.engine_pair import build_engine, greedy_requests
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import (
+    paged_prefill_attention_reference,
+    write_kv_cache_reference,
+)
 
 pytest.importorskip("flashinfer", reason="needs flashinfer-python (see docs/flashinfer.md)")
 

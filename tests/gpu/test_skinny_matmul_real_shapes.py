@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from arbi_kernels.reference import skinny_matmul_reference
 from arbi_kernels.skinny_matmul import SkinnyTiles, skinny_matmul
-from arbi_kernels.testing import tolerance
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import skinny_matmul_reference
 
 # (in_features K, out_features N) of every projection.
 LLAMA3_8B_SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (4096, 128256)]

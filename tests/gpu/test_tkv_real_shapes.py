@@ -1,4 +1,4 @@
-"""TKV kernels compiled, at serving shapes: the write against the codec on the GPU (tkv_testing.assert_same_encoding)
+"""TKV kernels compiled, at serving shapes: the write against the codec on the GPU (tkv_batches.assert_same_encoding)
 and its exact outputs bit for bit, the query/output transforms bit for bit, decode and prefill against the torch
 reference with head dims 64/128, GQA 1/4/8, pages 16/32, every bit width (K and V different), contexts up to 32k,
 each query's own block exact (decode at a block's offsets 0/1/last, prefill chunks from mid-block across
@@ -11,6 +11,13 @@ import dataclasses
 
 import pytest
 import torch
+
+from arbi_grpc.kv_codec import TkvCalibration
+from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
+from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention
+from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_kernels import (
     store_tkv_tail,
     tkv_paged_decode_attention,
@@ -21,13 +28,9 @@ from arbi_kernels import (
 )
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_decode_attention import TkvDecodeTiles
-from arbi_kernels.tkv_reference import (
-    store_tkv_tail_reference,
-    tkv_paged_decode_attention_reference,
-    tkv_paged_prefill_attention_reference,
-    write_tkv_cache_reference,
-)
-from arbi_kernels.tkv_testing import (
+from benchmarks.tkv_kernel_cases import DEFAULT_DECODE_TILES, PLAIN_DECODE_TILES
+from benchmarks.tkv_kernels import DECODE_ONLY_VARIANTS, SWEEP_DECODE_TILES
+from tests.kernels.tkv_batches import (
     TkvBatch,
     TkvShape,
     assert_same_encoding,
@@ -40,15 +43,12 @@ from arbi_kernels.tkv_testing import (
     random_tkv_layer,
     with_decoded_exact,
 )
-from bench_tkv import DECODE_ONLY_VARIANTS, SWEEP_DECODE_TILES
-from bench_tkv_cases import DEFAULT_DECODE_TILES, PLAIN_DECODE_TILES
-
-from arbi_grpc.kv_codec import TkvCalibration
-from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
-from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention
-from arbi_grpc.models.attention_metadata import AttentionMetadata
+from tests.kernels.tkv_reference import (
+    store_tkv_tail_reference,
+    tkv_paged_decode_attention_reference,
+    tkv_paged_prefill_attention_reference,
+    write_tkv_cache_reference,
+)
 
 NUM_KV_HEADS = 2
 BIT_PAIRS = [(4, 4), (2, 3), (3, 5), (5, 6), (6, 8), (8, 2)]
@@ -158,7 +158,7 @@ BENCHMARKED_DECODE_TILES = tuple(dict.fromkeys(
 @pytest.mark.parametrize("tiles", BENCHMARKED_DECODE_TILES)
 @pytest.mark.parametrize(("key_bits", "value_bits"), [(4, 4), (3, 5)])
 def test_decode_every_benchmarked_tile_shape(tiles, key_bits, value_bits, device, generator):
-    """The tile shapes bench_tkv.py --sweep and --decode-only time, compiled for the GPU, at Llama's GQA 4 and a
+    """The tile shapes benchmarks/tkv_kernels.py --sweep and --decode-only time, compiled for the GPU, at Llama's GQA 4 and a
     long context."""
     seq_lens = [int(torch.randint(4096, 12289, (1,), generator=generator, device=device)), 1, 300]
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, 128, 16, key_bits, value_bits)
@@ -360,7 +360,7 @@ def test_triton_backend_matches_torch_backend_in_bf16(device, generator):
     for query_lens, seq_lens in (([1500, 700], [1500, 700]), ([1, 1], [1501, 701]), ([1, 300], [1502, 1001])):
         metadata = AttentionMetadata.build(
             query_lens=query_lens, seq_lens=seq_lens, block_tables=tables, block_size=block_size, device=device,
-            tail_slots=[2, 0],
+            batch_slots=[2, 0],
         )
         num_tokens = sum(query_lens)
         query = torch.randn((num_tokens, num_heads, head_dim), generator=generator, device=device).bfloat16()
@@ -394,7 +394,7 @@ def test_triton_backend_decode_replays_in_a_cuda_graph(device, generator):
     value = torch.zeros_like(key)
     metadata = AttentionMetadata(
         slot_mapping=slots, query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device=device),
-        seq_lens=seq_lens, block_tables=tables, tail_slots=torch.tensor([4, 2, 0, 1], dtype=torch.int32, device=device),
+        seq_lens=seq_lens, block_tables=tables, batch_slots=torch.tensor([4, 2, 0, 1], dtype=torch.int32, device=device),
         query_lens_host=(1,) * batch, seq_lens_host=(1,) * batch,
         seq_len_bound=64 * block_size,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from arbi_kernels import paged_decode_attention, paged_prefill_attention, write_kv_cache
-from arbi_kernels.testing import tolerance
+from tests.kernels.paged_batches import tolerance
 
 
 def test_decode_step_equals_last_row_of_prefilling_the_whole_sequence(device, generator):

@@ -7,8 +7,8 @@ import torch
 
 from arbi_kernels import paged_decode_attention
 from arbi_kernels.decode_attention import DecodeTiles, choose_num_splits
-from arbi_kernels.reference import paged_decode_attention_reference
-from arbi_kernels.testing import BatchShape, random_paged_batch, tolerance
+from tests.kernels.paged_batches import BatchShape, random_paged_batch, tolerance
+from tests.kernels.reference import paged_decode_attention_reference
 
 
 def _check(batch, **kwargs) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from arbi_kernels import write_kv_cache
-from arbi_kernels.reference import write_kv_cache_reference
+from tests.kernels.reference import write_kv_cache_reference
 
 
 def _random(size, dtype, device, generator) -> torch.Tensor:

@@ -7,8 +7,8 @@ import torch
 
 from arbi_kernels import paged_prefill_attention
 from arbi_kernels.prefill_attention import PrefillTiles
-from arbi_kernels.reference import paged_prefill_attention_reference
-from arbi_kernels.testing import BatchShape, random_paged_batch, tolerance
+from tests.kernels.paged_batches import BatchShape, random_paged_batch, tolerance
+from tests.kernels.reference import paged_prefill_attention_reference
 
 SMALL_TILES = PrefillTiles(block_m=16, block_n=16, num_warps=4)
 

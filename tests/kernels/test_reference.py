@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from arbi_kernels.reference import paged_decode_attention_reference, paged_prefill_attention_reference
-from arbi_kernels.testing import BatchShape, random_paged_batch
+from tests.kernels.paged_batches import BatchShape, random_paged_batch
+from tests.kernels.reference import paged_decode_attention_reference, paged_prefill_attention_reference
 
 
 def _dense_context(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from arbi_kernels import rms_norm
-from arbi_kernels.reference import rms_norm_reference
-from arbi_kernels.testing import tolerance
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import rms_norm_reference
 
 
 def _random(size, dtype, device, generator) -> torch.Tensor:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from arbi_kernels import HeadNorms, apply_rotary_embedding, build_rotary_cache
-from arbi_kernels.reference import rotary_embedding_reference
-from arbi_kernels.testing import tolerance
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import rotary_embedding_reference
 
 
 def _random(size, dtype, device, generator) -> torch.Tensor:

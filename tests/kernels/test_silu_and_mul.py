@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from arbi_kernels import silu_and_mul
-from arbi_kernels.reference import silu_and_mul_reference
-from arbi_kernels.testing import tolerance
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import silu_and_mul_reference
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

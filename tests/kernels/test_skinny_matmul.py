@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arbi_kernels.reference import skinny_matmul_reference
 from arbi_kernels.skinny_matmul import (
     MAX_SPLIT_K,
     MIN_ITERATIONS_PER_SPLIT,
@@ -17,7 +16,8 @@ from arbi_kernels.skinny_matmul import (
     row_bucket,
     skinny_matmul,
 )
-from arbi_kernels.testing import tolerance
+from tests.kernels.paged_batches import tolerance
+from tests.kernels.reference import skinny_matmul_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TILES = [

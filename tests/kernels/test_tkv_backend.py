@@ -1,12 +1,11 @@
 """TkvTritonPagedAttention against TkvTorchPagedAttention, step by step on two TkvPagedKVCaches: the same encoding
 and the same tails after every step, the same attention output for prefill chunks (from a block's start, from
-mid-block across one or two block boundaries), mixed steps and pure decode steps, with tail slots that are not
+mid-block across one or two block boundaries), mixed steps and pure decode steps, with batch slots that are not
 the batch rows."""
 
 from __future__ import annotations
 
 import torch
-from arbi_kernels.tkv_testing import assert_same_encoding, copy_pools
 
 from arbi_grpc.kv_codec import TkvCalibration, torch_attention
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
@@ -16,6 +15,7 @@ from arbi_grpc.kv_codec.triton_attention import (
     new_token_positions,
 )
 from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
+from tests.kernels.tkv_batches import assert_same_encoding, copy_pools
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 4, 2, 64, 16
 
@@ -44,7 +44,7 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
                               num_tail_slots=5) for _ in range(2)]  # sink rows for the first blocks only
     backends = (TkvTritonPagedAttention(compute_dtype=torch.float32), TkvTorchPagedAttention.for_device(device))
     tables = [[3, 7, 1, 4], [0, 5], [9, 2]]
-    tail_slots = [3, 0, 4]  # sequence -> its tail slot
+    batch_slots = [3, 0, 4]  # sequence -> its batch slot (and so its tail ring)
     steps = [  # (sequences, query_lens, seq_lens)
         ([0, 1], [20, 3], [20, 3]),  # prompt chunks from position 0, one across a block boundary
         ([0, 1, 2], [1, 17, 18], [21, 20, 18]),  # a decode, a chunk from mid-block across a boundary, a prompt
@@ -55,7 +55,7 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
     for sequences, query_lens, seq_lens in steps:
         metadata = AttentionMetadata.build(
             query_lens=query_lens, seq_lens=seq_lens, block_tables=[tables[s] for s in sequences],
-            block_size=BLOCK_SIZE, device=device, tail_slots=[tail_slots[s] for s in sequences],
+            block_size=BLOCK_SIZE, device=device, batch_slots=[batch_slots[s] for s in sequences],
         )
         assert torch.equal(new_token_positions(metadata).cpu(), token_positions(query_lens, seq_lens))
         num_tokens = sum(query_lens)

@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 import torch
+
 from arbi_kernels import tkv_paged_decode_attention
 from arbi_kernels.tkv_decode_attention import TkvDecodeTiles, choose_tkv_num_splits
-from arbi_kernels.tkv_reference import tkv_paged_decode_attention_reference
-from arbi_kernels.tkv_testing import (
+from tests.kernels.tkv_batches import (
     TKV_POOLS,
     TkvBatch,
     TkvShape,
@@ -21,6 +21,7 @@ from arbi_kernels.tkv_testing import (
     random_tkv_batch,
     with_decoded_exact,
 )
+from tests.kernels.tkv_reference import tkv_paged_decode_attention_reference
 
 
 def _arguments(batch: TkvBatch, query: torch.Tensor) -> tuple:

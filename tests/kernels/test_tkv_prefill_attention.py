@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from arbi_kernels import (
     store_tkv_tail,
     tkv_paged_decode_attention,
@@ -14,17 +15,17 @@ from arbi_kernels import (
     write_tkv_cache,
 )
 from arbi_kernels.prefill_attention import PrefillTiles
-from arbi_kernels.tkv_reference import (
-    tkv_paged_decode_attention_reference,
-    tkv_paged_prefill_attention_reference,
-)
-from arbi_kernels.tkv_testing import (
+from tests.kernels.tkv_batches import (
     TkvBatch,
     TkvShape,
     assert_tkv_close,
     random_model_space_kv,
     random_tkv_batch,
     with_decoded_exact,
+)
+from tests.kernels.tkv_reference import (
+    tkv_paged_decode_attention_reference,
+    tkv_paged_prefill_attention_reference,
 )
 
 SMALL_TILES = PrefillTiles(block_m=16, block_n=16, num_warps=4)

@@ -8,9 +8,10 @@ import dataclasses
 
 import pytest
 import torch
+
 from arbi_kernels import store_tkv_tail
-from arbi_kernels.tkv_reference import store_tkv_tail_reference
-from arbi_kernels.tkv_testing import TkvShape, random_tkv_layer
+from tests.kernels.tkv_batches import TkvShape, random_tkv_layer
+from tests.kernels.tkv_reference import store_tkv_tail_reference
 
 
 def _step(query_lens: list[int], seq_lens: list[int], num_kv_heads: int, head_dim: int, device,

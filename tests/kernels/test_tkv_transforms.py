@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 import torch
-from arbi_kernels.tkv_testing import TkvShape, random_tkv_layer
-from arbi_kernels.tkv_transforms import tkv_transform_output, tkv_transform_queries
 
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
+from arbi_kernels.tkv_transforms import tkv_transform_output, tkv_transform_queries
+from tests.kernels.tkv_batches import TkvShape, random_tkv_layer
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""TKV write by slot against arbi_grpc.kv_codec: codes, scales, zeros and sink entries (tkv_testing.assert_same_encoding),
+"""TKV write by slot against arbi_grpc.kv_codec: codes, scales, zeros and sink entries (tkv_batches.assert_same_encoding),
 and the exact code-space K/V it returns, bit for bit."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 import torch
+
 from arbi_kernels import write_tkv_cache
-from arbi_kernels.tkv_reference import write_tkv_cache_reference
-from arbi_kernels.tkv_testing import (
+from arbi_kernels.tkv_write import WriteTiles
+from tests.kernels.tkv_batches import (
     TkvShape,
     assert_same_encoding,
     copy_pools,
@@ -17,7 +18,7 @@ from arbi_kernels.tkv_testing import (
     random_model_space_kv,
     random_tkv_layer,
 )
-from arbi_kernels.tkv_write import WriteTiles
+from tests.kernels.tkv_reference import write_tkv_cache_reference
 
 
 def _write_both(shape: TkvShape, num_tokens: int, dtype: torch.dtype, device, generator,

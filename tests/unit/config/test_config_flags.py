@@ -98,10 +98,3 @@ def test_kv_exact_blocks_is_a_tkv_window_of_one_to_sixteen_blocks_within_one_ker
             EngineConfig(**settings)
         assert refused.value.field == "kv_exact_blocks" and words in refused.value.description
     assert EngineConfig(kv_cache_dtype="bfloat16", block_size=512).kv_exact_blocks == 0  # no window to check
-
-
-def test_the_window_limit_is_the_kernels_tile() -> None:
-    tkv_exact = pytest.importorskip("arbi_kernels.tkv_exact")
-    from arbi_grpc.config import MAX_EXACT_WINDOW_TOKENS
-
-    assert MAX_EXACT_WINDOW_TOKENS == tkv_exact.MAX_EXACT_WINDOW_TOKENS

@@ -47,14 +47,14 @@ def run_requests(engine: Engine, requests: list[GenerationRequest],
 
 
 def check_pool_is_free(engine: Engine) -> None:
-    """Every block is free or a cached evictable one, and every tail slot free, once all requests ended (checked
+    """Every block is free or a cached evictable one, and every batch slot free, once all requests ended (checked
     on the engine thread)."""
     def check() -> None:
-        kv = engine.scheduler.kv
-        kv.blocks.pool.check_invariants()
+        kv = engine.scheduler.block_manager
+        kv.check_invariants()
         assert engine.scheduler.num_unfinished == 0
         assert kv.num_free_blocks == kv.num_total_blocks
-        assert engine.scheduler.tail_slots.num_taken == 0
+        assert engine.scheduler.batch_slots.num_taken == 0
     engine.call(check).result(timeout=30)
 
 

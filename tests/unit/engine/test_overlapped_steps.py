@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 import torch
 
-from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import FinishReason, GenerationRequest
@@ -18,6 +17,7 @@ from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.models.attention_selection import build_kv_cache
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.serving import assemble_engine, build_runner
+from benchmarks.gpu_decode import synthetic_tokenizer
 from tests.unit.engine.stream_harness import (
     Outputs,
     assert_same_streams,
@@ -34,7 +34,7 @@ MAX_MODEL_LEN = 256
 def _engine(overlap_steps: bool, num_blocks: int = 256, prefix_cache: bool = True) -> tuple[Engine, list[bool]]:
     """A stopped engine over a seeded tiny model, and a list that records, per launch, whether a token of the
     previous step was still in flight (the step overlapped); every launch checks that its sequences hold distinct
-    tail slots."""
+    batch slots."""
     engine_config = EngineConfig(device="cpu", max_model_len=MAX_MODEL_LEN, max_running_requests=8,
                                  max_step_tokens=48, max_prefill_chunk_tokens=16, block_size=4,
                                  enable_prefix_cache=prefix_cache, overlap_steps=overlap_steps)
@@ -48,8 +48,8 @@ def _engine(overlap_steps: bool, num_blocks: int = 256, prefix_cache: bool = Tru
 
     def recording_launch(step, previous):
         overlapped.append(previous is not None)
-        tail_slots = [chunk.sequence.tail_slot for chunk in step.chunks]
-        assert None not in tail_slots and len(set(tail_slots)) == len(tail_slots), tail_slots
+        batch_slots = [chunk.sequence.batch_slot for chunk in step.chunks]
+        assert None not in batch_slots and len(set(batch_slots)) == len(batch_slots), batch_slots
         return launch(step, previous)
 
     runner.launch = recording_launch

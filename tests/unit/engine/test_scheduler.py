@@ -1,5 +1,5 @@
 """Scheduler invariants under random workloads: token budget, batch size, block accounting, preemption, and
-sequences that start only on sink-capable blocks."""
+sequences that start only on first-capable blocks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arbi_grpc.config import SchedulingLimits
-from arbi_grpc.engine.kv_cache_manager import KVCacheManager
+from arbi_grpc.engine.block_manager import BlockManager
+from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.request import GenerationRequest, Priority, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.engine.scheduler import Scheduler
@@ -17,9 +18,10 @@ BLOCK_SIZE = 4
 
 
 def _scheduler(num_blocks: int, max_running: int, budget: int, chunk: int | None = None,
-               prefix_cache: bool = False, num_sink_blocks: int | None = None) -> Scheduler:
+               prefix_cache: bool = False, num_first_blocks: int | None = None) -> Scheduler:
     return Scheduler(
-        KVCacheManager(num_blocks, BLOCK_SIZE, prefix_cache, num_sink_blocks),
+        BlockManager(num_blocks, BLOCK_SIZE, num_first_blocks=num_first_blocks,
+                     prefix_cache=PrefixCache(BLOCK_SIZE) if prefix_cache else None),
         SchedulingLimits(max_running_requests=max_running, max_step_tokens=budget,
                          max_prefill_chunk_tokens=chunk or budget),
     )
@@ -40,21 +42,21 @@ def _sequence(index: int, prompt_len: int, priority: Priority = Priority.INTERAC
 
 
 def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
-    kv = scheduler.kv
+    kv = scheduler.block_manager
     owned = [b for s in sequences for b in s.block_table]
-    kv.blocks.pool.check_invariants()
+    kv.check_invariants()
     if kv.prefix_cache is None:
         assert len(owned) == len(set(owned)), "a block belongs to two sequences"
         assert kv.num_free_blocks + len(owned) == kv.num_total_blocks
     for block in set(owned):
-        assert kv.blocks.pool.ref_count(block) == owned.count(block)
+        assert kv.ref_count(block) == owned.count(block)
     for s in sequences:
         if s.status is SequenceStatus.WAITING:
             assert s in scheduler.waiting
         if s.status is SequenceStatus.RUNNING:
             assert s in scheduler.running
             assert len(s.block_table) * BLOCK_SIZE >= s.num_computed_tokens
-            assert kv.blocks.pool.has_sink_row(s.block_table[0]), "a sequence started on a block without a sink row"
+            assert kv.may_start_sequence(s.block_table[0]), "a sequence started on a block that may not start one"
 
 
 @settings(max_examples=60, deadline=None)
@@ -67,11 +69,11 @@ def _check_invariants(scheduler: Scheduler, sequences: list[Sequence]) -> None:
     prefix_cache=st.booleans(),
     shared_prefix=st.integers(0, 12),
     batch_mask=st.integers(0, 2**12 - 1),
-    num_sink_blocks=st.one_of(st.none(), st.integers(1, 8)),
+    num_first_blocks=st.one_of(st.none(), st.integers(1, 8)),
 )
 def test_random_workload_keeps_invariants(prompt_lens, num_blocks, budget, max_running, actions,
-                                          prefix_cache, shared_prefix, batch_mask, num_sink_blocks) -> None:
-    scheduler = _scheduler(num_blocks, max_running, budget, max(1, budget // 2), prefix_cache, num_sink_blocks)
+                                          prefix_cache, shared_prefix, batch_mask, num_first_blocks) -> None:
+    scheduler = _scheduler(num_blocks, max_running, budget, max(1, budget // 2), prefix_cache, num_first_blocks)
     sequences = []
     for i, n in enumerate(prompt_lens):
         priority = Priority.BATCH if batch_mask >> i & 1 else Priority.INTERACTIVE
@@ -102,11 +104,11 @@ def test_random_workload_keeps_invariants(prompt_lens, num_blocks, budget, max_r
     for s in sequences:
         if s.status is not SequenceStatus.FINISHED:
             scheduler.finish(s)
-    scheduler.kv.blocks.pool.check_invariants()
+    scheduler.block_manager.check_invariants()
     assert scheduler.num_unfinished == 0
-    assert scheduler.kv.num_free_blocks == num_blocks  # cached blocks are evictable, hence available
-    scheduler.kv.flush_prefix_cache()
-    assert scheduler.kv.blocks.pool.num_evictable_blocks == 0
+    assert scheduler.block_manager.num_free_blocks == num_blocks  # cached blocks are evictable, hence available
+    scheduler.block_manager.flush_prefix_cache()
+    assert scheduler.block_manager.num_evictable_blocks == 0
 
 
 def test_chunked_prefill_then_decode() -> None:
@@ -131,7 +133,7 @@ def test_preemption_frees_the_newest_and_recomputes_it() -> None:
     scheduler.add(first)
     scheduler.add(second)
     step = scheduler.schedule()
-    assert len(step.chunks) == 2 and scheduler.kv.num_free_blocks == 2
+    assert len(step.chunks) == 2 and scheduler.block_manager.num_free_blocks == 2
     for chunk in step.chunks:
         chunk.sequence.num_computed_tokens += chunk.num_tokens
         chunk.sequence.token_ids.extend([7] * 4)  # as if four decode steps ran
@@ -202,9 +204,9 @@ def test_long_prompt_cannot_starve_short_ones() -> None:
         ("r1", 1), ("r2", 1), ("r3", 1), ("r0", 29)]
 
 
-def test_sequences_wait_for_a_sink_capable_block_and_all_complete() -> None:
+def test_sequences_wait_for_a_first_capable_block_and_all_complete() -> None:
     # 40 blocks, but only 2 may start a sequence: at most two sequences run although blocks and slots remain.
-    scheduler = _scheduler(40, max_running=6, budget=64, prefix_cache=True, num_sink_blocks=2)
+    scheduler = _scheduler(40, max_running=6, budget=64, prefix_cache=True, num_first_blocks=2)
     sequences = [_sequence(i, 6, first_token=100 * i) for i in range(5)]
     for sequence in sequences:
         scheduler.add(sequence)
@@ -215,7 +217,7 @@ def test_sequences_wait_for_a_sink_capable_block_and_all_complete() -> None:
         step = scheduler.schedule()
         most_running = max(most_running, len(scheduler.running))
         if scheduler.waiting:
-            assert len(scheduler.running) == 2 and scheduler.kv.num_free_blocks > 10
+            assert len(scheduler.running) == 2 and scheduler.block_manager.num_free_blocks > 10
         _run(step)
         for sequence in list(scheduler.running):
             if sequence.num_output_tokens == 3:
@@ -223,11 +225,11 @@ def test_sequences_wait_for_a_sink_capable_block_and_all_complete() -> None:
         _check_invariants(scheduler, sequences)
     assert scheduler.num_unfinished == 0 and most_running == 2
     assert all(s.status is SequenceStatus.FINISHED for s in sequences)
-    assert scheduler.kv.num_free_blocks == 40
+    assert scheduler.block_manager.num_free_blocks == 40
 
 
-def test_an_interactive_start_preempts_a_batch_sequence_for_its_sink_capable_block() -> None:
-    scheduler = _scheduler(16, max_running=4, budget=64, num_sink_blocks=1)
+def test_an_interactive_start_preempts_a_batch_sequence_for_its_first_capable_block() -> None:
+    scheduler = _scheduler(16, max_running=4, budget=64, num_first_blocks=1)
     batch = _sequence(0, 5, Priority.BATCH)
     scheduler.add(batch)
     _run(scheduler.schedule())

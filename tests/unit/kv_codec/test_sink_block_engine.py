@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import GenerationRequest
@@ -16,6 +15,7 @@ from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.serving import assemble_engine, build_runner
+from benchmarks.gpu_decode import synthetic_tokenizer
 from tests.unit.engine.stream_harness import run_requests, token_ids
 from tests.unit.engine.tiny_llama import tiny_llama_config
 
@@ -71,9 +71,9 @@ def test_few_sink_rows_serve_many_sequences_like_a_pool_where_every_block_has_on
 
     def recording_schedule():
         step = schedule()
-        kv = tight.scheduler.kv
+        kv = tight.scheduler.block_manager
         waits_for_a_start.append(bool(tight.scheduler.waiting) and kv.num_free_blocks > 10
-                                 and not kv.blocks.pool.can_start_sequence())
+                                 and not kv.can_start_sequence())
         return step
 
     tight.scheduler.schedule = recording_schedule

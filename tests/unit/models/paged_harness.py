@@ -36,7 +36,7 @@ class PagedStepRunner:
 
     Each step lists (sequence id, number of new tokens) in flat-batch order; sequences advance through
     their own token lists. Blocks are handed out in random order, so block tables are non-contiguous. A
-    sequence's id is its tail slot (a TKV cache needs as many slots as sequences).
+    sequence's id is its batch slot (a TKV cache needs as many slots as sequences).
     """
 
     block_size: int
@@ -73,7 +73,7 @@ class PagedStepRunner:
             block_tables=tables,
             block_size=self.block_size,
             device=self.device,
-            tail_slots=[sequence for sequence, _ in step],
+            batch_slots=[sequence for sequence, _ in step],
         )
         return metadata, token_positions(query_lens, seq_lens, self.device), spans
 
