@@ -22,9 +22,9 @@ Batch slots: every running sequence holds one (`Sequence.batch_slot`), acquired 
 runs; two running sequences never share one, so a KV storage may keep state per slot. A slot goes back when its
 sequence is preempted or finished, or as soon as a step is planned while the sequence's last allowed token is in
 flight: such a sequence is never scheduled again (it ends when that token is read), so its slot is free for an
-admission in this very step. With as many slots as `max_running` an admission is never refused for lack of one.
+admission in this very step. With as many slots as `max_running_requests` an admission is never refused for lack of one.
 Reusing a slot whose last writer is still in flight is safe: the later step writes it after, in the device's
-queue. The slots are sized from `max_running` at construction; the admin API refuses to raise the limit above
+queue. The slots are sized from `max_running_requests` at construction; the admin API refuses to raise the limit above
 them later (`ModelHost`). A sequence (re)admitted with a prefix hit says so on its first chunk
 (`num_reused_blocks`), so that the storage can bring its per-slot state up to date (`ModelRunner`).
 """
