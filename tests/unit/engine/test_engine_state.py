@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from arbi_grpc.benchmarks.gpu_decode import synthetic_tokenizer
+from benchmarks.gpu_decode import synthetic_tokenizer
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine, EngineStats
 from arbi_grpc.engine.offline import generate
