@@ -69,25 +69,27 @@ def test_spoken_question_is_answered_in_text_and_speech(audio_stub, served_smoll
 def test_barge_in_interrupts_the_playing_reply(audio_stub, served_smollm2) -> None:
     """The second question, spoken while the first reply plays, interrupts it within the bound on the
     input timeline; the engine request is gone at once and the next reply answers the second question."""
-    live = LiveAudio(config(16_000, instructions="Answer in one long sentence."))
-    live.say(silence(300) + spoken("Tell me about the city of Paris."))
+    live = LiveAudio(config(16_000))
+    live.say(silence(300) + spoken("Tell me a story about a dragon."))
     onset = {}
     engine = served_smollm2.served.engine
-    running_at_interrupt = []
+    freed_after_interrupt = []
 
     def on_event(event: pb.ConverseResponse) -> None:
         kind = event.WhichOneof("event")
         if kind == "response_audio" and "second" not in onset:
             onset["second"] = live.sent_ms + 200  # after 200 ms of silence queued below
-            live.say(silence(200) + spoken("What is the capital of Germany?"))
+            live.say(silence(200) + spoken(QUESTION))
         if kind == "response_done" and event.response_done.status == audio_pb.RESPONSE_STATUS_INTERRUPTED:
-            running_at_interrupt.append(engine.stats().num_running)
+            # The second question is still being spoken, so only the interrupted reply could hold blocks.
+            wait_for_idle_pool(engine, timeout_s=1.0)
+            freed_after_interrupt.append(True)
 
     events = converse(audio_stub, live, on_event, replies_wanted=2)
     first, second = replies_of(events)
     assert first.done.status == audio_pb.RESPONSE_STATUS_INTERRUPTED
     assert second.done.status == audio_pb.RESPONSE_STATUS_COMPLETED
-    assert "berlin" in second.text.lower()
+    assert "Paris" in second.text
     detected = of_kind(events, "speech_started")[1].audio_start_ms
     vad_delay_ms = detected - onset["second"]
     reaction_ms = first.done.interrupted_at_input_ms - detected
@@ -98,7 +100,7 @@ def test_barge_in_interrupts_the_playing_reply(audio_stub, served_smollm2) -> No
     # The history keeps what was played: a prefix of the generated text, never more.
     assert first.done.audio_played_ms <= first.done.audio_sent_ms
     assert first.text.replace(" ", "").startswith(first.done.text.replace(" ", ""))
-    assert running_at_interrupt == [0] or running_at_interrupt == [1]
+    assert freed_after_interrupt == [True]
     wait_for_idle_pool(engine)
 
 
@@ -112,7 +114,7 @@ def test_silence_and_noise_take_no_turn(audio_stub) -> None:
 
 
 def test_four_concurrent_sessions_get_their_own_answers(audio_stub, served_smollm2) -> None:
-    questions = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Japan": "Tokyo"}
+    questions = {"France": "Paris", "Germany": "Berlin", "Japan": "Tokyo", "England": "London"}
     results: dict[str, list[pb.ConverseResponse]] = {}
 
     def session(country: str) -> None:
