@@ -41,7 +41,7 @@ class PlaybackClock:
         """The estimated audio played so far, at most what was sent."""
         now = self._now()
         played_s = sum(max(0.0, min(end, now) - start) for start, end in self._intervals)
-        return min(self.sent_ms, int(played_s * 1000))
+        return min(self.sent_ms, int(round(played_s * 1000)))
 
 
 def spoken_text(pieces: list[SpokenPiece], played_ms: int) -> str:
