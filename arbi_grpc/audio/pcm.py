@@ -85,14 +85,3 @@ def write_wav(audio: Audio) -> bytes:
         writer.writeframes(float_to_pcm16(audio.samples))
     return buffer.getvalue()
 
-
-def wav_header(sample_rate_hz: int) -> bytes:
-    """The header of a streamed mono PCM16 WAV whose length is not known yet (sizes set to the maximum, as
-    streaming encoders do; players read to the end of the stream)."""
-    unknown = 0xFFFFFFFF
-    byte_rate = sample_rate_hz * 2
-    return (b"RIFF" + unknown.to_bytes(4, "little") + b"WAVE"
-            + b"fmt " + (16).to_bytes(4, "little") + (1).to_bytes(2, "little") + (1).to_bytes(2, "little")
-            + sample_rate_hz.to_bytes(4, "little") + byte_rate.to_bytes(4, "little")
-            + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
-            + b"data" + unknown.to_bytes(4, "little"))

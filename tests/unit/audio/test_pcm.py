@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from arbi_grpc.audio.input_buffer import InputBuffer
-from arbi_grpc.audio.pcm import Audio, float_to_pcm16, pcm16_to_float, read_wav, resample, wav_header, write_wav
+from arbi_grpc.audio.pcm import Audio, float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
 from arbi_grpc.audio.vad import FRAME_SAMPLES
 from arbi_grpc.errors import InvalidArgumentError
 
@@ -48,12 +48,6 @@ def test_resampling_keeps_a_tone_and_the_duration() -> None:
         assert len(out) == target // 2
         spectrum = np.abs(np.fft.rfft(out))
         assert abs(np.argmax(spectrum) * target / len(out) - 440) < 5
-
-
-def test_streamed_wav_header_is_44_bytes_of_pcm16_mono() -> None:
-    header = wav_header(24_000)
-    assert len(header) == 44 and header[:4] == b"RIFF" and header[8:16] == b"WAVEfmt "
-    assert int.from_bytes(header[24:28], "little") == 24_000
 
 
 def test_input_buffer_cuts_frames_across_chunks_and_trims_when_idle() -> None:
