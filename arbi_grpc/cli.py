@@ -1,5 +1,5 @@
-"""The `arbi-serve` command line: serve, run, chat, pull, list, calibrate, and the operator commands doctor,
-config, plan, ps and stop (implemented in `commands/`).
+"""The `arbi-serve` command line: serve, run, chat, talk, pull, list, calibrate, and the operator commands
+doctor, config, plan, ps and stop (implemented in `commands/`).
 
 Only `serve`, `run` (when it boots a server), `pull` and `list` import the server stack; `chat` needs
 grpcio alone, so it works on a client-only install.
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from arbi_grpc import __version__
 from arbi_grpc.commands import calibrate as calibrate_command
 from arbi_grpc.commands import register as register_operator_commands
+from arbi_grpc.commands import talk as talk_command
 from arbi_grpc.commands.paths import run_state_dir
 from arbi_grpc.errors import ArbiError
 
@@ -72,6 +73,8 @@ def _build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--token", default=os.environ.get(_TOKEN_ENV, ""),
                       help=f"the server's generate token, when it requires one (default: ${_TOKEN_ENV})")
     chat.set_defaults(handler=_chat)
+
+    talk_command.add_parser(commands)
 
     pull = commands.add_parser("pull", help="import a model into the local cache without serving it")
     pull.add_argument("model", nargs="?", default=None, help="model name or path (default: embedded)")
