@@ -103,6 +103,8 @@ class GrpcServer:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(_SERVICE_NAMES, server)
+        if self.config.audio_preload:
+            await process_audio_models().loaded()
         self.port = server.add_insecure_port(self._address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")

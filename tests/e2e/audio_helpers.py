@@ -29,6 +29,16 @@ def spoken(text: str, rate_hz: int = 16_000) -> bytes:
     return float_to_pcm16(resample(audio.samples, audio.sample_rate_hz, rate_hz))
 
 
+def leading_silence_ms(pcm: bytes, rate_hz: int = 16_000) -> int:
+    """Where the first 10 ms window louder than -40 dBFS starts."""
+    window = rate_hz // 100
+    samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
+    for index in range(0, len(samples) - window, window):
+        if np.sqrt(np.mean(samples[index:index + window] ** 2)) > 0.01:
+            return 10 * index // window
+    return 1000 * len(samples) // rate_hz
+
+
 def silence(ms: int, rate_hz: int = 16_000) -> bytes:
     return bytes(2 * rate_hz * ms // 1000)
 
@@ -62,11 +72,14 @@ class LiveAudio:
         self._rate = session_config.input_format.sample_rate_hz
         self._chunk_bytes = 2 * self._rate * chunk_ms // 1000
         self._realtime = realtime
-        self._pending: queue.Queue[bytes | pb.ConverseRequest] = queue.Queue()
+        self._pending: queue.Queue[bytes | str | pb.ConverseRequest] = queue.Queue()
         self._closed = threading.Event()
         self.sent_ms = 0.0
+        self.marks: dict[str, float] = {}  # where each marked `say` began on the input timeline
 
-    def say(self, pcm: bytes) -> None:
+    def say(self, pcm: bytes, mark: str = "") -> None:
+        if mark:
+            self._pending.put(mark)
         for offset in range(0, len(pcm), self._chunk_bytes):
             self._pending.put(pcm[offset:offset + self._chunk_bytes])
 
@@ -86,6 +99,9 @@ class LiveAudio:
                 if self._closed.is_set():
                     return
                 item = bytes(self._chunk_bytes)
+            if isinstance(item, str):
+                self.marks[item] = self.sent_ms
+                continue
             if isinstance(item, pb.ConverseRequest):
                 yield item
                 continue
