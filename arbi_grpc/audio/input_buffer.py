@@ -33,8 +33,9 @@ class InputBuffer:
         return self._start + len(self._samples)
 
     @property
-    def position_ms(self) -> int:
-        return samples_to_ms(self.end)
+    def held_count(self) -> int:
+        """Samples held."""
+        return len(self._samples)
 
     def append(self, samples: np.ndarray) -> list[np.ndarray]:
         """Adds samples; returns the complete VAD frames they finished, in order."""

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from arbi_grpc.audio.turns import (
     VadSettings,
 )
 from arbi_grpc.audio.vad import VAD_SAMPLE_RATE_HZ
-from arbi_grpc.errors import ArbiError, InvalidArgumentError
+from arbi_grpc.errors import ArbiError, InvalidArgumentError, ResourceExhaustedError
 from arbi_grpc.model_host import FailedPreconditionError
 from arbi_grpc.servicers.audio_conversion import settings_from_proto, settings_to_proto
 from arbi_grpc.servicers.audio_reply import ReplyTurn
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 TURN_TAIL_MS = 100  # audio kept after the last speech frame, so the last word is not clipped
 PARTIAL_EVERY_MS = 1000
+MAX_BUFFER_MS = 120_000  # uncommitted input a session holds at most
 _CLOSED = object()
 
 
@@ -115,7 +116,7 @@ class ConverseSession:
             self._on_audio(message.audio)
         elif event == "text":
             self._conversation.add("user", message.text)
-            self._chain(self._respond("", None))
+            self._chain(lambda: self._respond("", None))
         elif event == "commit_input":
             self._commit_input()
         elif event == "clear_input":
@@ -125,7 +126,7 @@ class ConverseSession:
         elif event == "create_response":
             if self._reply is not None and not self._reply.finished.is_set():
                 raise FailedPreconditionError("a response is in progress; cancel it first (cancel_response)")
-            self._chain(self._respond("", None))
+            self._chain(lambda: self._respond("", None))
         elif event == "cancel_response":
             if self._reply is not None:
                 self._reply.stop(audio_pb.RESPONSE_STATUS_CANCELLED)
@@ -154,6 +155,10 @@ class ConverseSession:
                 "audio", f"at most {self._settings.max_chunk_bytes} bytes (1 s at "
                 f"{self._settings.input_rate_hz} Hz) per message, got {len(data)}; the chunk was dropped")
         samples = resample(pcm16_to_float(data, "audio"), self._settings.input_rate_hz, VAD_SAMPLE_RATE_HZ)
+        if samples_to_ms(self._buffer.held_count + len(samples)) > MAX_BUFFER_MS:
+            raise ResourceExhaustedError(
+                f"the input buffer holds {MAX_BUFFER_MS // 1000} s of uncommitted audio; commit or clear it "
+                "(the chunk was dropped)")
         frames = self._buffer.append(samples)
         vad = self._settings.vad
         if vad is None:
@@ -231,18 +236,19 @@ class ConverseSession:
         self.emit(pb.ConverseResponse(input_committed=pb.InputCommitted(
             item_id=item_id, audio_duration_ms=samples_to_ms(len(samples)))))
         recognition = recognition or asyncio.create_task(self._recognize(samples))
-        self._chain(self._answer_turn(item_id, recognition, time.monotonic()))
+        speech_end_s = time.monotonic()
+        self._chain(lambda: self._answer_turn(item_id, recognition, speech_end_s))
 
     # -- answering -----------------------------------------------------------------------------------
 
-    def _chain(self, work) -> None:
-        """Runs `work` after the previous turn's work, in order."""
+    def _chain(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Runs `work()` after the previous turn's work, in order."""
         previous = self._last_turn
 
         async def after_previous() -> None:
             if previous is not None:
                 await asyncio.wait([previous])
-            await work
+            await work()
 
         self._last_turn = asyncio.create_task(after_previous())
 

@@ -39,6 +39,10 @@ def leading_silence_ms(pcm: bytes, rate_hz: int = 16_000) -> int:
     return 1000 * len(samples) // rate_hz
 
 
+def trailing_silence_ms(pcm: bytes, rate_hz: int = 16_000) -> int:
+    return leading_silence_ms(np.frombuffer(pcm, dtype="<i2")[::-1].tobytes(), rate_hz)
+
+
 def silence(ms: int, rate_hz: int = 16_000) -> bytes:
     return bytes(2 * rate_hz * ms // 1000)
 
@@ -76,6 +80,7 @@ class LiveAudio:
         self._closed = threading.Event()
         self.sent_ms = 0.0
         self.marks: dict[str, float] = {}  # where each marked `say` began on the input timeline
+        self.started = 0.0  # monotonic time of the timeline's start (real-time pacing)
 
     def say(self, pcm: bytes, mark: str = "") -> None:
         if mark:
@@ -91,7 +96,7 @@ class LiveAudio:
 
     def __iter__(self) -> Iterator[pb.ConverseRequest]:
         yield pb.ConverseRequest(config=self._config)
-        started = time.monotonic()
+        self.started = started = time.monotonic()
         while True:
             try:
                 item = self._pending.get_nowait()

@@ -91,3 +91,14 @@ def test_recoverable_errors_leave_the_session_usable(audio_stub, served_smollm2)
     # The typed turn is answered with the whole history: both questions and the first reply.
     assert typed.done.usage.prompt_token_count > france.done.usage.prompt_token_count + 10
     wait_for_idle_pool(served_smollm2.served.engine)
+
+
+def test_uncommitted_audio_is_bounded(audio_stub) -> None:
+    manual = config(16_000, turn_detection=audio_pb.TurnDetection(manual=audio_pb.ManualTurnDetection()))
+    second = silence(1000)
+    requests = [pb.ConverseRequest(config=manual), *(pb.ConverseRequest(audio=second) for _ in range(121)),
+                pb.ConverseRequest(clear_input=pb.ClearInput()), pb.ConverseRequest(audio=second)]
+    events = list(audio_stub.Converse(iter(requests), timeout=120))
+    errors = of_kind(events, "error")
+    assert [error.code for error in errors] == [grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]]
+    assert "commit or clear" in errors[0].message
