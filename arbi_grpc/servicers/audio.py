@@ -76,7 +76,7 @@ class AudioServicer(pb_grpc.AudioServiceServicer):
             await abort_with(context, error)
             return
         session = ConverseSession(settings, loaded, self._models, self._replies, self._metrics, "")
-        async for event in session.run(requests, first.config):
+        async for event in session.run(requests, first.config, context):
             yield event
 
     async def Transcribe(  # noqa: N802 (gRPC method name)

@@ -15,7 +15,9 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
+import grpc
 import numpy as np
 
 from arbi_client.arbi.v1 import audio_service_pb2 as pb
@@ -42,7 +44,7 @@ from arbi_grpc.errors import ArbiError, InvalidArgumentError, ResourceExhaustedE
 from arbi_grpc.model_host import FailedPreconditionError
 from arbi_grpc.servicers.audio_conversion import settings_from_proto, settings_to_proto
 from arbi_grpc.servicers.audio_reply import ReplyTurn
-from arbi_grpc.servicers.status import status_of
+from arbi_grpc.servicers.status import abort_with, status_of
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,13 @@ TURN_TAIL_MS = 100  # audio kept after the last speech frame, so the last word i
 PARTIAL_EVERY_MS = 1000
 MAX_BUFFER_MS = 120_000  # uncommitted input a session holds at most
 _CLOSED = object()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """The session cannot go on (a fault of the server, not of the client's input)."""
+
+    error: Exception
 
 
 class ConverseSession:
@@ -79,13 +88,15 @@ class ConverseSession:
     def emit(self, event: pb.ConverseResponse) -> None:
         self._events.put_nowait(event)
 
-    async def run(self, requests: AsyncIterator[pb.ConverseRequest],
-                  config: pb.ConverseConfig) -> AsyncIterator[pb.ConverseResponse]:
+    async def run(self, requests: AsyncIterator[pb.ConverseRequest], config: pb.ConverseConfig,
+                  context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ConverseResponse]:
         self.emit(pb.ConverseResponse(session_created=pb.SessionCreated(
             session_id=self.session_id, config=settings_to_proto(self._settings, config))))
         reader = asyncio.create_task(self._read(requests))
         try:
             while (event := await self._events.get()) is not _CLOSED:
+                if isinstance(event, _Failed):
+                    await abort_with(context, ArbiError(f"the audio session failed: {event.error}"))
                 yield event
         finally:
             reader.cancel()
@@ -105,8 +116,9 @@ class ConverseSession:
             self._commit_unfinished_speech()
             if self._last_turn is not None:
                 await self._last_turn
-        except Exception:  # the RPC is over (or a turn failed); the writer ends the stream
-            log.debug("converse reader stopped", exc_info=True)
+        except Exception as error:  # a fault: the writer ends the stream with INTERNAL
+            log.exception("converse session %s failed", self.session_id)
+            self._events.put_nowait(_Failed(error))
         finally:
             self._events.put_nowait(_CLOSED)
 
