@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from google.rpc import error_details_pb2, status_pb2
 
 from arbi_client.arbi.v1 import audio_service_pb2 as pb
 from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
@@ -143,3 +144,13 @@ def replies_of(events: list[pb.ConverseResponse]) -> list[Reply]:
 
 def of_kind(events: list[pb.ConverseResponse], kind: str) -> list:
     return [getattr(event, kind) for event in events if event.WhichOneof("event") == kind]
+
+
+def field_of(status: status_pb2.Status) -> str:
+    """The first field a status's BadRequest names ("" without one)."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad_request = error_details_pb2.BadRequest()
+            detail.Unpack(bad_request)
+            return bad_request.field_violations[0].field
+    return ""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from arbi_client.arbi.v1 import audio_service_pb2 as pb
@@ -13,7 +12,7 @@ from arbi_client.arbi.v1 import audio_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from tests.conftest import wait_for_idle_pool
-from tests.e2e.audio_helpers import config, of_kind, replies_of, silence, spoken
+from tests.e2e.audio_helpers import config, field_of, of_kind, replies_of, silence, spoken
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +21,6 @@ def audio_stub(served_smollm2):
     yield pb_grpc.AudioServiceStub(channel)
     channel.close()
     wait_for_idle_pool(served_smollm2.served.engine)
-
-
-def field_of(status: status_pb2.Status) -> str:
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad_request = error_details_pb2.BadRequest()
-            detail.Unpack(bad_request)
-            return bad_request.field_violations[0].field
-    return ""
 
 
 def pcm_config(**format_fields) -> pb.ConverseConfig:

@@ -14,7 +14,7 @@ from arbi_client.arbi.v1 import audio_service_pb2 as pb
 from arbi_client.arbi.v1 import audio_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
 from arbi_grpc.audio.pcm import Audio, pcm16_to_float, write_wav
-from tests.e2e.audio_helpers import librivox_clips
+from tests.e2e.audio_helpers import field_of, librivox_clips
 
 MAX_WORD_ERROR_RATE = 0.15
 
@@ -67,28 +67,12 @@ def test_synthesized_speech_transcribes_back(audio_stub) -> None:
 
 
 def _refusal(call, request) -> tuple[grpc.StatusCode, str]:
+    """The code and the field named by the refusal of `request`."""
     with pytest.raises(grpc.RpcError) as caught:
         result = call(request)
         if not isinstance(result, pb.TranscribeResponse):
             list(result)
-    status = rpc_status.from_call(caught.value)
-    fields = [violation.field for detail in status.details
-              if detail.Is(bad_request_descriptor()) for violation in unpack_bad_request(detail).field_violations]
-    return caught.value.code(), fields[0] if fields else ""
-
-
-def bad_request_descriptor():
-    from google.rpc import error_details_pb2
-
-    return error_details_pb2.BadRequest.DESCRIPTOR
-
-
-def unpack_bad_request(detail):
-    from google.rpc import error_details_pb2
-
-    message = error_details_pb2.BadRequest()
-    detail.Unpack(message)
-    return message
+    return caught.value.code(), field_of(rpc_status.from_call(caught.value))
 
 
 @pytest.mark.parametrize("request_fields, field", [
