@@ -7,11 +7,8 @@ from __future__ import annotations
 import sys
 import threading
 
-import grpc
-import pytest
 
 from arbi_client.arbi.v1 import audio_service_pb2 as pb
-from arbi_client.arbi.v1 import audio_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
 from tests.conftest import wait_for_idle_pool
 from tests.e2e.audio_helpers import (
@@ -28,14 +25,6 @@ from tests.e2e.test_audio_transcribe import words
 
 BARGE_IN_BOUND_MS = 300
 QUESTION = "What is the capital of France?"
-
-
-@pytest.fixture(scope="module")
-def audio_stub(served_smollm2):
-    channel = grpc.insecure_channel(served_smollm2.target)
-    yield pb_grpc.AudioServiceStub(channel)
-    channel.close()
-    wait_for_idle_pool(served_smollm2.served.engine)
 
 
 def converse(stub, live: LiveAudio, on_event=None, replies_wanted: int = 1) -> list[pb.ConverseResponse]:

@@ -8,19 +8,10 @@ import pytest
 from grpc_status import rpc_status
 
 from arbi_client.arbi.v1 import audio_service_pb2 as pb
-from arbi_client.arbi.v1 import audio_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from tests.conftest import wait_for_idle_pool
 from tests.e2e.audio_helpers import config, field_of, of_kind, replies_of, silence, spoken
-
-
-@pytest.fixture(scope="module")
-def audio_stub(served_smollm2):
-    channel = grpc.insecure_channel(served_smollm2.target)
-    yield pb_grpc.AudioServiceStub(channel)
-    channel.close()
-    wait_for_idle_pool(served_smollm2.served.engine)
 
 
 def pcm_config(**format_fields) -> pb.ConverseConfig:

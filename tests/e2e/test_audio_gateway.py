@@ -45,7 +45,7 @@ def test_transcription_formats(client: openai.OpenAI) -> None:
 
 
 def test_streamed_speech_transcribes_back(client: openai.OpenAI) -> None:
-    text = "Paris is the capital of France. It lies on the Seine."
+    text = "The capital of France is Paris. It lies on the Seine."
     with client.audio.speech.with_streaming_response.create(model="tts-1", voice="joe", input=text,
                                                             response_format="wav") as response:
         assert response.headers["content-type"] == "audio/wav"

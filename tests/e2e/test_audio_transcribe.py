@@ -11,19 +11,11 @@ import pytest
 from grpc_status import rpc_status
 
 from arbi_client.arbi.v1 import audio_service_pb2 as pb
-from arbi_client.arbi.v1 import audio_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
 from arbi_grpc.audio.pcm import Audio, pcm16_to_float, write_wav
 from tests.e2e.audio_helpers import field_of, librivox_clips
 
 MAX_WORD_ERROR_RATE = 0.15
-
-
-@pytest.fixture(scope="module")
-def audio_stub(served_smollm2):
-    channel = grpc.insecure_channel(served_smollm2.target)
-    yield pb_grpc.AudioServiceStub(channel)
-    channel.close()
 
 
 def words(text: str) -> list[str]:
