@@ -39,7 +39,8 @@ def joe_voice_files() -> PiperVoiceFiles:
 
 
 class PiperSynthesizer:
-    """A Piper voice: phoneme ids (BOS, each phoneme followed by the pad id, EOS) into the VITS model."""
+    """A Piper voice: phoneme ids (BOS, each phoneme followed by the pad id, EOS) into the VITS model,
+    deterministic (noise scales 0)."""
 
     def __init__(self, files: PiperVoiceFiles, cpu_threads: int = 2) -> None:
         import onnxruntime
@@ -47,9 +48,10 @@ class PiperSynthesizer:
         config = json.loads(files.config.read_text())
         self.sample_rate_hz = int(config["audio"]["sample_rate"])
         self._ids = {symbol: ids for symbol, ids in config["phoneme_id_map"].items()}
-        inference = config.get("inference", {})
-        self._scales = np.array([inference.get("noise_scale", 0.667), inference.get("length_scale", 1.0),
-                                 inference.get("noise_w", 0.8)], dtype=np.float32)
+        # Noise scales 0: the mean of the voice's prior instead of a draw from it, so the same text always
+        # gives the same audio (the voice's sampled defaults mis-recognized about one "Paris" in four).
+        length_scale = config.get("inference", {}).get("length_scale", 1.0)
+        self._scales = np.array([0.0, length_scale, 0.0], dtype=np.float32)
         self._phonemizer = EspeakPhonemizer(config["espeak"]["voice"])
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = cpu_threads
