@@ -1,5 +1,5 @@
-"""The `arbi-serve` command line: serve, run, chat, pull, list, calibrate, and the operator commands doctor,
-config, plan, ps and stop (implemented in `commands/`).
+"""The `arbi-serve` command line: serve, run, chat, talk, pull, list, calibrate, and the operator commands
+doctor, config, plan, ps and stop (implemented in `commands/`).
 
 Only `serve`, `run` (when it boots a server), `pull` and `list` import the server stack; `chat` needs
 grpcio alone, so it works on a client-only install.
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from arbi_grpc import __version__
 from arbi_grpc.commands import calibrate as calibrate_command
 from arbi_grpc.commands import register as register_operator_commands
+from arbi_grpc.commands import talk as talk_command
 from arbi_grpc.commands.paths import run_state_dir
 from arbi_grpc.errors import ArbiError
 
@@ -76,6 +77,8 @@ def _build_parser() -> argparse.ArgumentParser:
                       help=f"how long to wait for the server to become ready, in seconds (default "
                            f"{_CHAT_WAIT_S:.0f}; 0: do not wait)")
     chat.set_defaults(handler=_chat)
+
+    talk_command.add_parser(commands)
 
     pull = commands.add_parser("pull", help="import a model into the local cache without serving it")
     pull.add_argument("model", nargs="?", default=None, help="model name or path (default: embedded)")

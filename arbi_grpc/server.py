@@ -15,8 +15,10 @@ import threading
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc
+from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc, audio_service_pb2, audio_service_pb2_grpc
 from arbi_client.arbi.v1 import generate_service_pb2, generate_service_pb2_grpc
+from arbi_grpc.audio.metrics import AudioMetrics
+from arbi_grpc.audio.models import process_audio_models
 from arbi_grpc.auth.credentials import Credentials, load_credentials
 from arbi_grpc.auth.interceptor import AuthInterceptor
 from arbi_grpc.config import EngineConfig
@@ -29,12 +31,14 @@ from arbi_grpc.observability.settings import ObservabilityConfig
 from arbi_grpc.reflection import enable_reflection
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers.admin import AdminServicer
+from arbi_grpc.servicers.audio import AudioServicer
 from arbi_grpc.servicers.generate import GenerateServicer
 from arbi_grpc.serving import ServedModel, build_served_model
 
 GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
 ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
-_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME)
+AUDIO_SERVICE = audio_service_pb2.DESCRIPTOR.services_by_name["AudioService"].full_name
+_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, AUDIO_SERVICE, health.SERVICE_NAME)
 
 
 class GrpcServer:
@@ -89,7 +93,7 @@ class GrpcServer:
         server = grpc.aio.server(
             interceptors=[  # the metrics interceptor first, so it also counts what auth rejects
                 RpcMetricsInterceptor(self.metrics.rpc_requests),
-                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE),
+                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE, AUDIO_SERVICE),
             ],
             options=self.config.grpc_options(),
         )
@@ -99,8 +103,13 @@ class GrpcServer:
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(self.host, self.config, bool(self.credentials.generate_token)), server
         )
+        audio_service_pb2_grpc.add_AudioServiceServicer_to_server(
+            AudioServicer(self.host, process_audio_models(), AudioMetrics(self.metrics.registry)), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         enable_reflection(_SERVICE_NAMES, server)
+        if self.config.audio_preload:
+            await process_audio_models().loaded()
         self.port = server.add_insecure_port(self._address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")

@@ -55,6 +55,10 @@ class ServerConfig:
             f"(empty: $ARBI_CACHE_DIR/{ADMIN_TOKEN_FILE_NAME})"
     )
 
+    audio_preload: bool = setting(
+        False, "load the audio models (VAD, recognizer, voice) at boot instead of on the first AudioService call"
+    )
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise InvalidArgumentError("port", f"must be in [0, 65535], got {self.port}")

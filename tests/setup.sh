@@ -52,3 +52,12 @@ command -v curl >/dev/null || {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
 }
 # --- end of gateway tests ---
+
+# --- Audio tests (tests/e2e/test_audio_*.py, tests/unit/audio/): the espeak-ng program, which speech
+# synthesis runs as a separate process (GPL, never loaded into the server) and the tests use to speak
+# their questions. The Python packages come with the test extra (arbi-serve[audio]). ---
+command -v espeak-ng >/dev/null || {
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null
+}
+# --- end of audio tests ---

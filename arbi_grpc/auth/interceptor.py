@@ -29,11 +29,11 @@ def bearer_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str | 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Checks the bearer token of every call to a protected service before its handler runs."""
 
-    def __init__(self, credentials: Credentials, admin_service: str, generate_service: str) -> None:
+    def __init__(self, credentials: Credentials, admin_service: str, *generate_services: str) -> None:
         self._credentials = credentials
         self._required: dict[str, Role] = {admin_service: Role.ADMIN}
         if credentials.generate_token:
-            self._required[generate_service] = Role.GENERATE
+            self._required.update((service, Role.GENERATE) for service in generate_services)
 
     async def intercept_service(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from tests.conftest import wait_for_idle_pool
@@ -14,5 +15,16 @@ from tests.e2e.helpers import stub_for
 def stub(served_smollm2) -> Iterator:
     channel, stub = stub_for(served_smollm2.target)
     yield stub
+    channel.close()
+    wait_for_idle_pool(served_smollm2.served.engine)
+
+
+@pytest.fixture(scope="module")
+def audio_stub(served_smollm2) -> Iterator:
+    """An AudioService stub on the session server; the KV pool is checked once the module is done."""
+    from arbi_client.arbi.v1 import audio_service_pb2_grpc
+
+    channel = grpc.insecure_channel(served_smollm2.target)
+    yield audio_service_pb2_grpc.AudioServiceStub(channel)
     channel.close()
     wait_for_idle_pool(served_smollm2.served.engine)

@@ -131,3 +131,18 @@ def test_the_default_server_needs_no_generate_token_but_guards_admin(served_smol
         assert counted.token_count == 2
     token_file = served_smollm2.credentials.admin_token_path
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+
+
+def test_audio_calls_need_the_generate_or_admin_token(guarded_server) -> None:
+    from arbi_client.arbi.v1 import audio_service_pb2 as audio_pb
+    from arbi_client.arbi.v1 import audio_service_pb2_grpc as audio_grpc
+
+    with grpc.insecure_channel(guarded_server.target) as channel:
+        stub = audio_grpc.AudioServiceStub(channel)
+
+        def transcribe(metadata):
+            return stub.Transcribe(audio_pb.TranscribeRequest(), metadata=metadata, timeout=30)
+
+        assert _code_of(transcribe, ()) == (grpc.StatusCode.UNAUTHENTICATED, "MISSING_CREDENTIAL")
+        # With a valid token the call reaches its handler, which refuses the empty audio.
+        assert _code_of(transcribe, _metadata(GENERATE_TOKEN))[0] == grpc.StatusCode.INVALID_ARGUMENT

@@ -1,4 +1,4 @@
-"""The blocking client: GenerateService and AdminService calls with typed arguments and results.
+"""The blocking client: GenerateService, AudioService and AdminService calls with typed arguments and results.
 
 `token` is sent on generate calls (when the server requires one), `admin_token` on admin calls. Errors
 are `grpc.RpcError`; `grpc_status.rpc_status.from_call(error)` gives the `google.rpc.Status` with its
@@ -15,8 +15,11 @@ from google.protobuf import field_mask_pb2
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
 from arbi_client.arbi.v1 import admin_types_pb2 as admin_types
+from arbi_client.arbi.v1 import audio_service_pb2 as audio_pb
+from arbi_client.arbi.v1 import audio_service_pb2_grpc as audio_grpc
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
+from arbi_client.audio import converse_requests
 from arbi_client.channel_options import CHANNEL_OPTIONS
 from arbi_client.requests import Messages, bearer, chat_input, chat_request
 
@@ -29,6 +32,7 @@ class ArbiClient:
         self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._generate = pb_grpc.GenerateServiceStub(self._channel)
         self._admin = admin_grpc.AdminServiceStub(self._channel)
+        self._audio = audio_grpc.AudioServiceStub(self._channel)
         self._token = bearer(token)
         self._admin_token = bearer(admin_token)
 
@@ -83,6 +87,27 @@ class ArbiClient:
     def list_served_models(self) -> list[admin_types.ModelInfo]:
         """The models this server generates with (the resident one, or none)."""
         return list(self._generate.ListServedModels(pb.ListServedModelsRequest(), metadata=self._token).models)
+
+    # -- AudioService ------------------------------------------------------------------------------
+
+    def converse(self, config: audio_pb.ConverseConfig, requests: Iterable[audio_pb.ConverseRequest],
+                 timeout_s: float | None = None) -> Iterator[audio_pb.ConverseResponse]:
+        """A spoken conversation: sends `config`, then `requests` (audio chunks, e.g. from
+        `arbi_client.audio.audio_requests`, text and controls), and yields the server's events."""
+        return self._audio.Converse(converse_requests(config, requests), timeout=timeout_s,
+                                    metadata=self._token)
+
+    def transcribe(self, audio: bytes, *, language: str = "") -> str:
+        """The text of a WAV file's speech."""
+        request = audio_pb.TranscribeRequest(audio=audio, language=language)
+        return self._audio.Transcribe(request, metadata=self._token).text
+
+    def synthesize(self, text: str, *, voice: str = "", sample_rate_hz: int = 24_000) -> Iterator[bytes]:
+        """The speech of `text` as PCM16 mono chunks, sentence by sentence as synthesized."""
+        request = audio_pb.SynthesizeRequest(text=text, voice=voice)
+        request.output_format.sample_rate_hz = sample_rate_hz
+        for response in self._audio.Synthesize(request, metadata=self._token):
+            yield response.audio
 
     # -- AdminService ------------------------------------------------------------------------------
 

@@ -1,0 +1,293 @@
+"""One Converse stream: input audio through VAD and turn-taking into recognized user turns, each answered
+by a ReplyTurn, with barge-in, client controls and recoverable errors as events.
+
+The reader handles client messages in order on the event loop (the VAD runs inline, about 0.3 ms a
+frame); recognition and synthesis run on the shared workers of `AudioModels`. Turns are answered in
+order: each turn's task waits for the previous one. While the user speaks, partial transcripts are made
+when the recognizer is idle; when the speech pauses, the final recognition starts speculatively and is
+kept if the pause becomes the end of the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from arbi_client.arbi.v1 import audio_service_pb2 as pb
+from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
+from arbi_grpc.audio.conversation import Conversation
+from arbi_grpc.audio.engine_reply import EngineReplies
+from arbi_grpc.audio.input_buffer import InputBuffer, ms_to_samples, samples_to_ms
+from arbi_grpc.audio.metrics import AudioMetrics
+from arbi_grpc.audio.models import AudioModels, LoadedModels
+from arbi_grpc.audio.pcm import pcm16_to_float, resample
+from arbi_grpc.audio.settings import SessionSettings
+from arbi_grpc.audio.turns import (
+    MIN_SPEECH_MS,
+    SpeechEnded,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    TurnDetector,
+    TurnEvent,
+    VadSettings,
+)
+from arbi_grpc.audio.vad import VAD_SAMPLE_RATE_HZ
+from arbi_grpc.errors import ArbiError, InvalidArgumentError, ResourceExhaustedError
+from arbi_grpc.model_host import FailedPreconditionError
+from arbi_grpc.servicers.audio_conversion import settings_from_proto, settings_to_proto
+from arbi_grpc.servicers.audio_reply import ReplyTurn
+from arbi_grpc.servicers.status import abort_with, status_of
+
+log = logging.getLogger(__name__)
+
+TURN_TAIL_MS = 100  # audio kept after the last speech frame, so the last word is not clipped
+PARTIAL_EVERY_MS = 1000
+MAX_BUFFER_MS = 120_000  # uncommitted input a session holds at most
+_CLOSED = object()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """The session cannot go on (a fault of the server, not of the client's input)."""
+
+    error: Exception
+
+
+class ConverseSession:
+    def __init__(self, settings: SessionSettings, models: LoadedModels, audio: AudioModels,
+                 replies: EngineReplies, metrics: AudioMetrics, tenant: str) -> None:
+        self.session_id = uuid.uuid4().hex
+        self._settings = settings
+        self._models = models
+        self._audio = audio
+        self._replies = replies
+        self._metrics = metrics
+        self._tenant = tenant
+        self._events: asyncio.Queue = asyncio.Queue()
+        self._conversation = Conversation(settings.instructions)
+        self._buffer = InputBuffer()
+        self._vad = models.vad.new_stream()
+        self._turns = TurnDetector(settings.vad or VadSettings())
+        self._item_id = ""  # the user turn being spoken
+        self._turn_start = 0  # its first sample (prefix padding included)
+        self._speculation: tuple[int, asyncio.Task[str]] | None = None
+        self._partial: asyncio.Task | None = None
+        self._last_partial_end = 0
+        self._reply: ReplyTurn | None = None
+        self._last_turn: asyncio.Task | None = None
+        self._client_done = False
+
+    def emit(self, event: pb.ConverseResponse) -> None:
+        self._events.put_nowait(event)
+
+    async def run(self, requests: AsyncIterator[pb.ConverseRequest], config: pb.ConverseConfig,
+                  context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ConverseResponse]:
+        self.emit(pb.ConverseResponse(session_created=pb.SessionCreated(
+            session_id=self.session_id, config=settings_to_proto(self._settings, config))))
+        reader = asyncio.create_task(self._read(requests))
+        try:
+            while (event := await self._events.get()) is not _CLOSED:
+                if isinstance(event, _Failed):
+                    await abort_with(context, ArbiError(f"the audio session failed: {event.error}"))
+                yield event
+        finally:
+            reader.cancel()
+            if self._reply is not None:
+                self._reply.stop(audio_pb.RESPONSE_STATUS_CANCELLED)
+            if self._last_turn is not None:
+                self._last_turn.cancel()
+
+    async def _read(self, requests: AsyncIterator[pb.ConverseRequest]) -> None:
+        try:
+            async for message in requests:
+                try:
+                    self._handle(message)
+                except ArbiError as error:
+                    self.emit(pb.ConverseResponse(error=status_of(error)))
+            self._client_done = True
+            self._commit_unfinished_speech()
+            if self._last_turn is not None:
+                await self._last_turn
+        except Exception as error:  # a fault: the writer ends the stream with INTERNAL
+            log.exception("converse session %s failed", self.session_id)
+            self._events.put_nowait(_Failed(error))
+        finally:
+            self._events.put_nowait(_CLOSED)
+
+    def _handle(self, message: pb.ConverseRequest) -> None:
+        event = message.WhichOneof("event")
+        if event == "audio":
+            self._on_audio(message.audio)
+        elif event == "text":
+            self._conversation.add("user", message.text)
+            self._chain(lambda: self._respond("", None))
+        elif event == "commit_input":
+            self._commit_input()
+        elif event == "clear_input":
+            self._buffer.drop_before(self._buffer.end)
+            self._turns.reset()
+            self._item_id = ""
+        elif event == "create_response":
+            if self._reply is not None and not self._reply.finished.is_set():
+                raise FailedPreconditionError("a response is in progress; cancel it first (cancel_response)")
+            self._chain(lambda: self._respond("", None))
+        elif event == "cancel_response":
+            if self._reply is not None:
+                self._reply.stop(audio_pb.RESPONSE_STATUS_CANCELLED)
+        elif event == "playback":
+            if self._reply is not None and self._reply.response_id == message.playback.response_id:
+                self._reply.report_played(message.playback.played_ms)
+        elif event == "config":
+            self._update(message.config)
+        else:
+            raise InvalidArgumentError("event", "each ConverseRequest sets one event")
+
+    def _update(self, config: pb.ConverseConfig) -> None:
+        settings = settings_from_proto(config, self._audio.voice_names)
+        if settings.vad is None or self._settings.vad is None:
+            self._turns.reset()
+        self._settings = settings
+        self._turns.settings = settings.vad or VadSettings()
+        self._conversation.instructions = settings.instructions
+        self.emit(pb.ConverseResponse(session_updated=pb.SessionUpdated(config=settings_to_proto(settings, config))))
+
+    # -- input audio and turns -----------------------------------------------------------------------
+
+    def _on_audio(self, data: bytes) -> None:
+        if len(data) > self._settings.max_chunk_bytes:
+            raise InvalidArgumentError(
+                "audio", f"at most {self._settings.max_chunk_bytes} bytes (1 s at "
+                f"{self._settings.input_rate_hz} Hz) per message, got {len(data)}; the chunk was dropped")
+        samples = resample(pcm16_to_float(data, "audio"), self._settings.input_rate_hz, VAD_SAMPLE_RATE_HZ)
+        if samples_to_ms(self._buffer.held_count + len(samples)) > MAX_BUFFER_MS:
+            raise ResourceExhaustedError(
+                f"the input buffer holds {MAX_BUFFER_MS // 1000} s of uncommitted audio; commit or clear it "
+                "(the chunk was dropped)")
+        frames = self._buffer.append(samples)
+        vad = self._settings.vad
+        if vad is None:
+            return
+        for frame in frames:
+            for event in self._turns.push(self._vad.speech_probability(frame)):
+                self._on_turn_event(event, vad)
+        if self._turns.in_speech:
+            self._maybe_partial()
+        elif not self._item_id:
+            self._buffer.trim_to(vad.prefix_padding_ms)
+
+    def _on_turn_event(self, event: TurnEvent, vad: VadSettings) -> None:
+        if isinstance(event, SpeechStarted):
+            self._item_id = uuid.uuid4().hex
+            self._turn_start = ms_to_samples(max(0, event.onset_ms - vad.prefix_padding_ms))
+            self._last_partial_end = self._turn_start
+            self.emit(pb.ConverseResponse(speech_started=pb.SpeechStarted(
+                item_id=self._item_id, audio_start_ms=event.onset_ms)))
+            if vad.interrupt_response and self._reply is not None and not self._reply.finished.is_set():
+                self._metrics.interruptions.inc()
+                self._reply.stop(audio_pb.RESPONSE_STATUS_INTERRUPTED, event.confirmed_ms)
+        elif isinstance(event, SpeechPaused):
+            end = ms_to_samples(event.speech_end_ms + TURN_TAIL_MS)
+            task = asyncio.create_task(self._recognize(self._buffer.between(self._turn_start, end)))
+            self._speculation = (end, task)
+        elif isinstance(event, SpeechResumed):
+            self._speculation = None
+        elif isinstance(event, SpeechEnded):
+            self.emit(pb.ConverseResponse(speech_stopped=pb.SpeechStopped(
+                item_id=self._item_id, audio_end_ms=event.speech_end_ms)))
+            end = ms_to_samples(event.speech_end_ms + TURN_TAIL_MS)
+            speculation, self._speculation = self._speculation, None
+            if event.is_turn:
+                recognition = speculation[1] if speculation is not None and speculation[0] == end else None
+                self._commit(self._buffer.between(self._turn_start, end), end, recognition, "server_vad")
+            self._item_id = ""
+
+    def _maybe_partial(self) -> None:
+        """A partial transcript of the turn so far, when the recognizer is idle."""
+        if self._buffer.end - self._last_partial_end < ms_to_samples(PARTIAL_EVERY_MS):
+            return
+        if self._audio.recognition_busy or (self._partial is not None and not self._partial.done()):
+            return
+        self._last_partial_end = self._buffer.end
+        self._partial = asyncio.create_task(self._send_partial(self._item_id, self._buffer.between(
+            self._turn_start, self._buffer.end)))
+
+    async def _send_partial(self, item_id: str, samples: np.ndarray) -> None:
+        text = await self._recognize(samples)
+        if text and item_id == self._item_id:
+            self.emit(pb.ConverseResponse(input_transcript=pb.InputTranscript(item_id=item_id, text=text)))
+
+    def _commit_input(self) -> None:
+        start = self._turn_start if self._item_id else 0
+        samples = self._buffer.between(start, self._buffer.end) if self._item_id else self._buffer.held()
+        if len(samples) == 0:
+            raise InvalidArgumentError("commit_input", "the input audio buffer is empty; send audio first")
+        self._turns.reset()
+        self._commit(samples, self._buffer.end, None, "manual")
+
+    def _commit_unfinished_speech(self) -> None:
+        """At the end of the client's stream, speech still going on is taken as the last turn."""
+        if self._item_id and self._turns.in_speech:
+            end = self._buffer.end
+            if samples_to_ms(end - self._turn_start) >= MIN_SPEECH_MS:
+                self._commit(self._buffer.between(self._turn_start, end), end, None, "end_of_stream")
+
+    def _commit(self, samples: np.ndarray, end: int, recognition: asyncio.Task[str] | None,
+                detection: str) -> None:
+        item_id = self._item_id or uuid.uuid4().hex
+        self._item_id = ""
+        self._buffer.drop_before(end)
+        self._metrics.turns.labels(detection).inc()
+        self.emit(pb.ConverseResponse(input_committed=pb.InputCommitted(
+            item_id=item_id, audio_duration_ms=samples_to_ms(len(samples)))))
+        recognition = recognition or asyncio.create_task(self._recognize(samples))
+        speech_end_s = time.monotonic()
+        self._chain(lambda: self._answer_turn(item_id, recognition, speech_end_s))
+
+    # -- answering -----------------------------------------------------------------------------------
+
+    def _chain(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Runs `work()` after the previous turn's work, in order."""
+        previous = self._last_turn
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            await work()
+
+        self._last_turn = asyncio.create_task(after_previous())
+
+    async def _answer_turn(self, item_id: str, recognition: asyncio.Task[str], speech_end_s: float) -> None:
+        text = await recognition
+        self.emit(pb.ConverseResponse(input_transcript=pb.InputTranscript(
+            item_id=item_id, text=text, is_final=True)))
+        self._conversation.add("user", text)
+        vad = self._settings.vad
+        if text and vad is not None and vad.create_response:
+            await self._respond(item_id, speech_end_s)
+
+    async def _respond(self, item_id: str, speech_end_s: float | None) -> None:
+        settings = self._settings
+        reply = ReplyTurn(
+            uuid.uuid4().hex, item_id, settings.output_rate_hz, self._conversation,
+            lambda: self._replies.start(settings.model, self._conversation.messages(), settings.sampling,
+                                        settings.stopping, self._tenant),
+            self._models.voices[settings.voice], self._audio, self._metrics, self.emit, speech_end_s,
+            lambda: not self._client_done,
+        )
+        self._reply = reply
+        reply.start()
+        await reply.finished.wait()
+
+    async def _recognize(self, samples: np.ndarray) -> str:
+        started = time.monotonic()
+        text = await self._audio.recognize(lambda: self._models.recognizer.transcribe(samples))
+        self._metrics.recognition.observe(time.monotonic() - started)
+        return text

@@ -1,0 +1,150 @@
+"""Benchmark: voice-to-voice latency of AudioService.Converse, SmolLM2 on the CPU, spoken questions
+streamed in real time like a microphone.
+
+For each utterance (a question spoken by espeak-ng, in a fresh session) it measures, on the client's
+clock, from the end of the user's speech (the last loud sample sent) to the first reply audio byte, and
+its parts: the VAD hangover (to SpeechStopped), recognition (to the final transcript), the LLM's time to
+first text (to the first ResponseTextDelta) and the first synthesis chunk (to the first ResponseAudio).
+Then barge-in: a second question spoken while the reply plays, from its onset to the interrupted
+ResponseDone (wall clock), and the server's reaction on the input timeline.
+
+    python benchmarks/voice_latency.py --out bench-results/voice_latency.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from arbi_client.arbi.v1 import audio_service_pb2_grpc as pb_grpc  # noqa: E402
+from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb  # noqa: E402
+from arbi_grpc.config import EngineConfig  # noqa: E402
+from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model  # noqa: E402
+from arbi_grpc.server import GrpcServer  # noqa: E402
+from arbi_grpc.serving import build_served_model  # noqa: E402
+from arbi_grpc.server_config import ServerConfig  # noqa: E402
+from tests.e2e.audio_helpers import (  # noqa: E402
+    LiveAudio,
+    config,
+    leading_silence_ms,
+    silence,
+    spoken,
+    trailing_silence_ms,
+)
+
+QUESTIONS = [f"What is the capital of {country}?" for country in (
+    "France", "Germany", "Japan", "England", "Russia", "China", "Egypt", "Canada", "Spain", "Italy")] + [
+    "How many legs does a spider have?", "What colour is the sky?", "Who wrote Romeo and Juliet?",
+    "What is the largest ocean?", "How many days are in a week?", "What do bees make?",
+    "What is the boiling point of water?", "Name a fruit that is yellow.", "What planet do we live on?",
+    "How many hours are in a day?"]
+PARTS = ("vad_hangover", "recognition", "llm_first_text", "first_synthesis", "voice_to_voice")
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def one_utterance(stub: pb_grpc.AudioServiceStub, question: str) -> dict[str, float]:
+    """The latency parts of one spoken question, in seconds."""
+    speech = spoken(question)
+    trailing_ms = trailing_silence_ms(speech)
+    live = LiveAudio(config(16_000))
+    live.say(silence(300), mark="start")
+    live.say(speech, mark="speech")
+    seen: dict[str, float] = {}
+    for event in stub.Converse(iter(live), timeout=120):
+        kind = event.WhichOneof("event")
+        if kind == "input_transcript" and not event.input_transcript.is_final:
+            continue
+        seen.setdefault(kind, time.monotonic())
+        if kind == "response_audio":
+            live.close()
+            break
+    speech_end_ms = live.marks["speech"] + 1000 * len(speech) / 32_000 - trailing_ms
+    speech_end_s = live.started + speech_end_ms / 1000
+    return {
+        "vad_hangover": seen["speech_stopped"] - speech_end_s,
+        "recognition": seen["input_transcript"] - seen["speech_stopped"],
+        "llm_first_text": seen["response_text_delta"] - seen["input_transcript"],
+        "first_synthesis": seen["response_audio"] - seen["response_text_delta"],
+        "voice_to_voice": seen["response_audio"] - speech_end_s,
+    }
+
+
+def one_barge_in(stub: pb_grpc.AudioServiceStub) -> dict[str, float]:
+    """Wall-clock and input-timeline reaction to speech over a playing reply, in seconds."""
+    live = LiveAudio(config(16_000))
+    live.say(silence(300) + spoken("Tell me a story about a dragon."))
+    barge = silence(200) + spoken("What is the capital of France?")
+    onset_ms = leading_silence_ms(barge)
+    asked = interrupted = None
+    for event in stub.Converse(iter(live), timeout=120):
+        kind = event.WhichOneof("event")
+        if kind == "response_audio" and asked is None:
+            asked = True
+            live.say(barge, mark="barge")
+        if kind == "speech_started" and asked:
+            detected_ms = event.speech_started.audio_start_ms
+        if kind == "response_done" and event.response_done.status == audio_pb.RESPONSE_STATUS_INTERRUPTED:
+            interrupted = time.monotonic()
+            reaction_input_ms = event.response_done.interrupted_at_input_ms - detected_ms
+            live.close()
+            break
+    onset_s = live.started + (live.marks["barge"] + onset_ms) / 1000
+    return {"wall_reaction": interrupted - onset_s, "input_timeline_reaction": reaction_input_ms / 1000,
+            "vad_onset_delay": (detected_ms - live.marks["barge"] - onset_ms) / 1000}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--utterances", type=int, default=20)
+    parser.add_argument("--barge-ins", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/voice_latency.json"))
+    args = parser.parse_args()
+    model = resolve_model(DEFAULT_MODEL)
+    served = build_served_model(EngineConfig(model=str(model.directory), kv_cache_memory_mib=256))
+    server = GrpcServer(served, config=ServerConfig(port=0, audio_preload=True)).start()
+    channel = grpc.insecure_channel(server.target)
+    stub = pb_grpc.AudioServiceStub(channel)
+    try:
+        one_utterance(stub, "Hello there.")  # warm-up: first recognition and synthesis
+        runs = [one_utterance(stub, QUESTIONS[i % len(QUESTIONS)]) for i in range(args.utterances)]
+        barge_ins = [one_barge_in(stub) for _ in range(args.barge_ins)]
+    finally:
+        channel.close()
+        server.stop()
+    table = {part: {"p50_ms": 1000 * statistics.median([run[part] for run in runs]),
+                    "p95_ms": 1000 * _percentile([run[part] for run in runs], 0.95)} for part in PARTS}
+    barge = {part: {"p50_ms": 1000 * statistics.median([run[part] for run in barge_ins]),
+                    "max_ms": 1000 * max(run[part] for run in barge_ins)} for part in barge_ins[0]}
+    print(f"voice-to-voice over {len(runs)} utterances (SmolLM2-135M, CPU, {platform.processor() or 'cpu'})")
+    print(f"{'part':<24}{'p50 ms':>10}{'p95 ms':>10}")
+    for part, figures in table.items():
+        print(f"{part:<24}{figures['p50_ms']:>10.0f}{figures['p95_ms']:>10.0f}")
+    print(f"barge-in over {len(barge_ins)} runs")
+    print(f"{'part':<24}{'p50 ms':>10}{'max ms':>10}")
+    for part, figures in barge.items():
+        print(f"{part:<24}{figures['p50_ms']:>10.0f}{figures['max_ms']:>10.0f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "date": date.today().isoformat(), "machine": platform.platform(), "utterances": len(runs),
+        "parts": table, "barge_in": barge, "runs": runs, "barge_in_runs": barge_ins,
+    }, indent=2))
+    print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
