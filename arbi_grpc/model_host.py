@@ -21,7 +21,7 @@ from typing import Any
 from arbi_grpc.config import EngineConfig, SchedulingLimits
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.errors import ArbiError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
-from arbi_grpc.serving import ServedModel
+from arbi_grpc.served_model import ServedModel
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from arbi_grpc.observability.metrics import ServerMetrics
 from arbi_grpc.observability.rpc_interceptor import RpcMetricsInterceptor
 from arbi_grpc.observability.settings import ObservabilityConfig
 from arbi_grpc.reflection import enable_reflection
+from arbi_grpc.served_model import ServedModel, build_served_model
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers.admin import AdminServicer
 from arbi_grpc.servicers.audio import AudioServicer
 from arbi_grpc.servicers.generate import GenerateServicer
-from arbi_grpc.serving import ServedModel, build_served_model
 
 GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
 ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name

@@ -25,8 +25,8 @@ from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
+from arbi_grpc.served_model import build_served_model
 from arbi_grpc.server import GrpcServer
-from arbi_grpc.serving import build_served_model
 
 TOPICS = ["the ocean", "a city at night", "mountains", "a library", "the first snow", "trains",
           "a garden", "the moon", "coffee", "a thunderstorm", "old maps", "robots"]

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
+from arbi_grpc.attention.selection import select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import CompletedRequest, generate
 from arbi_grpc.engine.request import GenerationRequest
-from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 from benchmarks.gpu_decode import requests_for, start_engine

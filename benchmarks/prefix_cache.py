@@ -30,8 +30,8 @@ from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
+from arbi_grpc.served_model import build_served_model
 from arbi_grpc.server import GrpcServer
-from arbi_grpc.serving import build_served_model
 
 SYSTEM_PROMPT = " ".join(
     f"Rule {i}: answer politely, cite the relevant section of the handbook, keep answers short, "

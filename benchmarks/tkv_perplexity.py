@@ -40,7 +40,7 @@ from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import GenerationRequest, RequestOutput
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.models.model_cache import DEFAULT_MODEL
-from arbi_grpc.serving import ServedModel, build_served_model
+from arbi_grpc.served_model import ServedModel, build_served_model
 
 WINDOW_TOKENS = 512
 NUM_WINDOWS = 12

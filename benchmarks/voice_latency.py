@@ -31,7 +31,7 @@ from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb  # noqa: E402
 from arbi_grpc.config import EngineConfig  # noqa: E402
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model  # noqa: E402
 from arbi_grpc.server import GrpcServer  # noqa: E402
-from arbi_grpc.serving import build_served_model  # noqa: E402
+from arbi_grpc.served_model import build_served_model  # noqa: E402
 from arbi_grpc.server_config import ServerConfig  # noqa: E402
 from tests.e2e.audio_helpers import (  # noqa: E402
     LiveAudio,

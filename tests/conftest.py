@@ -61,8 +61,8 @@ def wait_for_idle_pool(engine, timeout_s: float = 10.0) -> None:
 def served_smollm2(smollm2_dir: Path) -> Iterator:
     """SmolLM2 behind a real gRPC server on 127.0.0.1 (in this process, so tests can read engine stats)."""
     from arbi_grpc.config import EngineConfig
+    from arbi_grpc.served_model import build_served_model
     from arbi_grpc.server import GrpcServer
-    from arbi_grpc.serving import build_served_model
 
     config = EngineConfig(model=str(smollm2_dir), kv_cache_memory_mib=256, max_waiting_requests=64)
     server = GrpcServer(build_served_model(config)).start()

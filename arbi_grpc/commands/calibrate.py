@@ -46,7 +46,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from arbi_grpc.config import parse_kv_bits
-    from arbi_grpc.kv_codec.calibration_run import CalibrationSettings, run_calibration
+    from arbi_grpc.kv_codec.calibration.run import CalibrationSettings, run_calibration
     from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
 
     started = time.monotonic()

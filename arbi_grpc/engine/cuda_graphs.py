@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arbi_grpc.attention.kv_storage import KVStorage
+from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.graph_batches import graph_batch_sizes
-from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_storage import KVStorage
 
 
 _PADDING = np.array([0, 0, -1], dtype=np.int64)  # input id, position, slot (-1: write nowhere)

@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from arbi_grpc.attention.kv_storage import KVStorage, check_same_shape
 from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
@@ -35,7 +36,6 @@ from arbi_grpc.engine.sequence import OutputSink, Sequence, SequenceStatus
 from arbi_grpc.engine.snapshots import EngineStats, RequestSnapshot, engine_stats, request_snapshots
 from arbi_grpc.engine.step_pipeline import StepPipeline
 from arbi_grpc.errors import ArbiError, FailedPreconditionError, ResourceExhaustedError, UnavailableError
-from arbi_grpc.models.kv_storage import KVStorage, check_same_shape
 from arbi_grpc.observability.engine_observer import EngineObserver, NoEngineObserver
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
 from arbi_grpc.text.stop_strings import StopStringMatcher

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from arbi_grpc.attention.kv_storage import KVStorage
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
 from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.cuda_graphs import DecodeBatch, DecodeGraphs
+from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.engine.request import TokenOutput
 from arbi_grpc.engine.sampler import SampleInFlight, Sampler
 from arbi_grpc.engine.sampler import prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.sequence import Sequence
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
-from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
-from arbi_grpc.models.kv_storage import KVStorage
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 
 PROMPT_LOGPROBS_CHUNK_ROWS = 1024
 

@@ -7,10 +7,15 @@ See docs/tkv.md for the layout, the attention trick and the quality study.
 
 from arbi_grpc.kv_codec.attention import rotated_space_attention, tkv_attention
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
-from arbi_grpc.kv_codec.calibrate import CALIBRATION_METHODS, calibrate_channels, calibrate_tkv, query_channel_weights
-from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.channel_transforms import (
+    CALIBRATION_METHODS,
+    calibrate_channels,
+    calibrate_tkv,
+    query_channel_weights,
+)
+from arbi_grpc.kv_codec.calibration.fingerprint import model_dir_fingerprint, model_fingerprint
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
-from arbi_grpc.kv_codec.fingerprint import model_dir_fingerprint, model_fingerprint
 from arbi_grpc.kv_codec.hadamard import hadamard_matrix, hadamard_rotate, rotation_block_size
 from arbi_grpc.kv_codec.packing import pack_codes, packed_width, unpack_codes
 from arbi_grpc.kv_codec.paged_cache import TkvLayerStorage, TkvPagedKVCache

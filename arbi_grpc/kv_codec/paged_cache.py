@@ -17,8 +17,9 @@ import torch
 from torch import Tensor
 
 from arbi_grpc.config import check_kv_exact_blocks
+from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform, TkvLayerCodec
 from arbi_grpc.kv_codec.packing import packed_width
 from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
@@ -27,7 +28,6 @@ from arbi_grpc.kv_codec.spec import (
     bytes_per_token,
     sink_bytes_per_sequence,
 )
-from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 
 
 def exact_window_start(position: int, block_size: int, exact_blocks: int) -> int:
@@ -115,7 +115,7 @@ class TkvPagedKVCache:
     sequences that may run at once) of `exact_blocks` blocks each (E: a query reads its own block and the E - 1
     before it exactly).
 
-    Built from a TkvCalibration (its per-layer bits are the ones stored; `engine_calibration` applies
+    Built from a TkvCalibration (its per-layer bits are the ones stored; `calibration.engine_bundle` applies
     --kv-bits before). `codec(i)` is layer i's TkvLayerCodec over the same device transform tensors.
     """
 

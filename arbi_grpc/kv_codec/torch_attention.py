@@ -17,17 +17,14 @@ from itertools import accumulate
 import torch
 from torch import Tensor
 
+from arbi_grpc.attention.metadata import AttentionMetadata
+from arbi_grpc.attention.torch_paged import DecodeGroups, grouped_query_attention
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.codec import TkvLayerCodec
 from arbi_grpc.kv_codec.paged_cache import (
     TkvLayerStorage,
     TkvPagedKVCache,
     exact_window_start,
-)
-from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.torch_paged_attention import (
-    DecodeGroups,
-    grouped_query_attention,
 )
 
 

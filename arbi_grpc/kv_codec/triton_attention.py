@@ -19,8 +19,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.models.attention_metadata import AttentionMetadata
 
 
 def new_token_positions(metadata: AttentionMetadata) -> Tensor:

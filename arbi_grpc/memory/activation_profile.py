@@ -21,12 +21,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from arbi_grpc.attention.kv_storage import KVStorage
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
 from arbi_grpc.engine.sampler import Sampler, SamplingState, prompt_logprobs
 from arbi_grpc.engine.sampling_params import MAX_LOGPROBS_COUNT, SamplingParams, StoppingParams
 from arbi_grpc.memory.profile_step import ProfileStep
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_storage import KVStorage
 
 # The sampler's most expensive settings: every filter and penalty on, the most top log-probabilities.
 _HEAVIEST_SAMPLING = SamplingParams(

@@ -12,7 +12,7 @@ from arbi_grpc.errors import InvalidArgumentError, ResourceExhaustedError
 from arbi_grpc.models.config import ModelConfig
 
 if TYPE_CHECKING:
-    from arbi_grpc.kv_codec.calibration import TkvCalibration
+    from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
 
 # Bytes per element of each EngineConfig.dtype and plain (non-TKV) kv_cache_dtype.
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}

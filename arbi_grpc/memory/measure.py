@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.memory.activation_profile import measure_activation_peak
 from arbi_grpc.memory.budget import (
@@ -31,7 +32,6 @@ from arbi_grpc.memory.estimate import codec_detail, step_detail
 from arbi_grpc.memory.kv_pool import KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_storage import KVStorage
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:

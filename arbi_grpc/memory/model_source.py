@@ -12,9 +12,9 @@ from pathlib import Path
 
 from arbi_grpc.errors import ModelLoadError, NotFoundError
 from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.gguf_config import SpecialTokenIds, architecture_of, hf_config, read_dimensions
-from arbi_grpc.models.gguf_file import GgufMetadata, open_gguf
-from arbi_grpc.models.gguf_tensors import OUTPUT_TENSOR, embedding_rows
+from arbi_grpc.models.gguf.config import SpecialTokenIds, architecture_of, hf_config, read_dimensions
+from arbi_grpc.models.gguf.file import GgufMetadata, open_gguf
+from arbi_grpc.models.gguf.tensors import OUTPUT_TENSOR, embedding_rows
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, resolve_model
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from arbi_grpc.models.attention_backend import AttentionBackend
-from arbi_grpc.models.attention_metadata import AttentionMetadata
+from arbi_grpc.attention.backend import AttentionBackend
+from arbi_grpc.attention.kv_storage import KVStorage
+from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
-from arbi_grpc.models.kv_storage import KVStorage
 
 # Reads the model's tensors given their names and shapes (in checkpoint order): `CausalLM.from_weights`.
 WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, Tensor]]

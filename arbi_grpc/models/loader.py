@@ -6,12 +6,12 @@ from pathlib import Path
 
 import torch
 
+from arbi_grpc.attention.backend import AttentionBackend
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.errors import ModelLoadError
-from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.checkpoint_reader import read_checkpoint_tensors, read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
 # Checkpoints written by older transformers versions carry RoPE tables that we recompute.
 _RECOMPUTED_SUFFIX = ".rotary_emb.inv_freq"

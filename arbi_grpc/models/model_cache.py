@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError, NotFoundError
-from arbi_grpc.models.gguf_import import PROVENANCE_FILE, WEIGHTS_FILE, ImportProvenance, import_gguf
+from arbi_grpc.models.gguf.importer import PROVENANCE_FILE, WEIGHTS_FILE, ImportProvenance, import_gguf
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 CACHE_DIR_ENV = "ARBI_CACHE_DIR"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from arbi_grpc.models.attention_backend import AttentionBackend
+from arbi_grpc.attention.backend import AttentionBackend
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.reference_shapes import model_config_for_shape
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
 __all__ = ["INITIALIZER_STD", "model_config_for_shape", "random_causal_lm"]
 

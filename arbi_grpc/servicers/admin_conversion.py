@@ -12,8 +12,8 @@ from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
 from arbi_grpc.memory.measure import tensor_bytes
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
+from arbi_grpc.served_model import ServedModel
 from arbi_grpc.server_config import ServerConfig
-from arbi_grpc.serving import ServedModel
 
 
 def model_info(served: ServedModel) -> admin_pb.ModelInfo:

@@ -1,5 +1,5 @@
 """AdminService.ReloadKvCalibration's work: load and check a new TKV bundle and build its storage while the old
-one serves (`kv_codec.recalibration`), then, with no request in the engine, have the engine swap the storage in
+one serves (`kv_codec.calibration.reload`), then, with no request in the engine, have the engine swap the storage in
 (`Engine.replace_kv_storage`: it recaptures the CUDA graphs that read it and empties the prefix cache, whose blocks
 were encoded with the old bundle). Any failure before the swap leaves the old bundle serving.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.recalibration import load_recalibrated, tkv_storage
+from arbi_grpc.kv_codec.calibration.reload import load_recalibrated, tkv_storage
 from arbi_grpc.model_host import FailedPreconditionError, ModelHost
 
 

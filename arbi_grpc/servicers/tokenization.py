@@ -10,7 +10,7 @@ from __future__ import annotations
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_grpc.engine.input_processor import InputProcessor
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.serving import ServedModel
+from arbi_grpc.served_model import ServedModel
 
 
 def _encode(inputs: InputProcessor, request: pb.TokenizeRequest | pb.CountTokensRequest) -> list[int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from arbi_grpc.kv_codec import TkvCalibration, calibrate_tkv
-from arbi_grpc.kv_codec.calibration import METADATA_FILE
+from arbi_grpc.kv_codec.calibration.bundle import METADATA_FILE
 from benchmarks.tkv_study.allocation import sink_preserving_transform
 from benchmarks.tkv_study.harness import WINDOW, StudyModel, default_gguf_path, split_windows, tokenize_wikitext
 

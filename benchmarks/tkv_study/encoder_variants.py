@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-import arbi_grpc.kv_codec.calibrate as calibrate_module
+import arbi_grpc.kv_codec.calibration.channel_transforms as calibrate_module
 import arbi_grpc.kv_codec.codec as codec_module
 from arbi_grpc.kv_codec import quantize
 from arbi_grpc.kv_codec.packing import pack_codes

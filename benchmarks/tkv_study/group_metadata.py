@@ -36,8 +36,8 @@ import torch
 
 from arbi_grpc.commands.calibrate import DEFAULT_TEXT
 from arbi_grpc.kv_codec import TkvLayerCodec
-from arbi_grpc.kv_codec.calibrate import MAX_SEARCH_SAMPLES, ChannelTable, _subsample
-from arbi_grpc.kv_codec.calibration_run import text_windows
+from arbi_grpc.kv_codec.calibration.channel_transforms import MAX_SEARCH_SAMPLES, ChannelTable, _subsample
+from arbi_grpc.kv_codec.calibration.run import text_windows
 from arbi_grpc.kv_codec.codec import ChannelTransform
 from arbi_grpc.kv_codec.quantize import SMALLEST_STEP, _round_fp16, dequantize_groups, quantize_groups
 from benchmarks.tkv_perplexity import paired_delta

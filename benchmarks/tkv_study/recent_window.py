@@ -25,8 +25,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv
 
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.engine_calibration import with_kv_bits
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.engine_bundle import with_kv_bits
 from benchmarks.tkv_study import harness
 from benchmarks.tkv_study.allocation import sink_preserving_transform
 from benchmarks.tkv_study.confirm import load_ids

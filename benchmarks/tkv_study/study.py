@@ -19,7 +19,7 @@ import torch
 
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec import TkvCalibration, calibrate_tkv, model_fingerprint, query_channel_weights
-from arbi_grpc.kv_codec.calibrate import ChannelRecipe
+from arbi_grpc.kv_codec.calibration.channel_transforms import ChannelRecipe
 from benchmarks.tkv_study.allocation import (
     KIND_KEYS,
     KIND_VALUES,

@@ -10,8 +10,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.served_model import build_served_model
 from arbi_grpc.server import GrpcServer
-from arbi_grpc.serving import build_served_model
 from tests.e2e.helpers import chat_request, generate, stub_for
 
 

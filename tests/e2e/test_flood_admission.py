@@ -21,9 +21,9 @@ from arbi_client import ArbiClient
 from arbi_client.aio import AsyncArbiClient
 from arbi_client.requests import chat_request
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.served_model import build_served_model
 from arbi_grpc.server import GrpcServer
 from arbi_grpc.server_config import ServerConfig
-from arbi_grpc.serving import build_served_model
 from tests.conftest import wait_for_idle_pool
 
 MAX_RUNNING, MAX_WAITING = 4, 12

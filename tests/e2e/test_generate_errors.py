@@ -111,8 +111,8 @@ def _error_of_call(stub, request, **call) -> grpc.RpcError:
 def tiny_queue_server(smollm2_dir):
     """A second server that runs one request at a time and queues at most one more."""
     from arbi_grpc.config import EngineConfig
+    from arbi_grpc.served_model import build_served_model
     from arbi_grpc.server import GrpcServer
-    from arbi_grpc.serving import build_served_model
 
     config = EngineConfig(model=str(smollm2_dir), kv_cache_memory_mib=64,
                           max_running_requests=1, max_waiting_requests=1)

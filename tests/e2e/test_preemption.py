@@ -14,8 +14,8 @@ from tests.e2e.helpers import chat_request, generate, stub_for
 @pytest.fixture(scope="module")
 def small_pool_server(smollm2_dir):
     from arbi_grpc.config import EngineConfig
+    from arbi_grpc.served_model import build_served_model
     from arbi_grpc.server import GrpcServer
-    from arbi_grpc.serving import build_served_model
 
     # 12 blocks of 16 tokens: room for about two of the requests below at a time.
     config = EngineConfig(model=str(smollm2_dir), kv_cache_memory_mib=9, max_step_tokens=64)

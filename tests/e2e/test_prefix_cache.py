@@ -36,8 +36,8 @@ def _system_prompt(words: int) -> str:
 @pytest.fixture(scope="module")
 def cache_off(smollm2_dir):
     from arbi_grpc.config import EngineConfig
+    from arbi_grpc.served_model import build_served_model
     from arbi_grpc.server import GrpcServer
-    from arbi_grpc.serving import build_served_model
 
     server = GrpcServer(build_served_model(EngineConfig(model=str(smollm2_dir), kv_cache_memory_mib=128,
                                                         enable_prefix_cache=False))).start()

@@ -22,9 +22,9 @@ from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec, model_dir_fingerprint
-from arbi_grpc.kv_codec.calibration import TENSORS_FILE
+from arbi_grpc.kv_codec.calibration.bundle import TENSORS_FILE
 from arbi_grpc.memory.kv_pool import num_sink_blocks
-from arbi_grpc.serving import build_served_model
+from arbi_grpc.served_model import build_served_model
 from tests.conftest import wait_for_idle_pool
 from tests.e2e.helpers import chat_request, generate, stub_for
 
@@ -210,16 +210,13 @@ def test_a_two_block_exact_window_reuses_prefixes_on_smollm2(smollm2_dir: Path, 
     not the answer."""
     import torch
 
+    from arbi_grpc.attention.selection import build_kv_cache, select_attention_backend
     from arbi_grpc.engine.input_processor import ChatPrompt, InputProcessor, TextPrompt
     from arbi_grpc.engine.offline import generate as generate_offline
     from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-    from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
-    from arbi_grpc.models.attention_selection import (
-        build_kv_cache,
-        select_attention_backend,
-    )
+    from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
     from arbi_grpc.models.loader import load_model
-    from arbi_grpc.serving import assemble_engine, build_runner
+    from arbi_grpc.served_model import assemble_engine, build_runner
     from arbi_grpc.text.tokenizer import TextTokenizer
 
     config = EngineConfig(model=str(smollm2_dir), kv_cache_dtype="tkv", kv_calibration=str(bundles["k8v8"]),

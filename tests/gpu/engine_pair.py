@@ -4,22 +4,18 @@ re-scoring of GPU-generated tokens by a CPU engine (its prompt logprobs)."""
 
 from __future__ import annotations
 
+from arbi_grpc.attention.selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.offline import CompletedRequest, generate
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
 from arbi_grpc.kv_codec.spec import TkvSpec
-from arbi_grpc.models.attention_selection import (
-    TORCH_DTYPES,
-    build_kv_cache,
-    select_attention_backend,
-)
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.reference_shapes import reference_hf_config
-from arbi_grpc.serving import assemble_engine, build_runner
+from arbi_grpc.served_model import assemble_engine, build_runner
 from benchmarks.gpu_decode import synthetic_tokenizer
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from arbi_grpc.attention.selection import select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.cuda_graphs import DecodeBatch
 from arbi_grpc.engine.offline import generate
-from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.random_weights import random_causal_lm
 from tests.gpu.engine_pair import (
     build_engine,

@@ -13,18 +13,14 @@ from dataclasses import replace
 import pytest
 import torch
 
+from arbi_grpc.attention.selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import generate
 from arbi_grpc.engine.request import FinishReason, GenerationRequest
 from arbi_grpc.engine.sampling_params import StoppingParams
-from arbi_grpc.models.attention_selection import (
-    TORCH_DTYPES,
-    build_kv_cache,
-    select_attention_backend,
-)
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
-from arbi_grpc.serving import assemble_engine, build_runner
+from arbi_grpc.served_model import assemble_engine, build_runner
 from tests.gpu.engine_pair import (
     build_engine,
     greedy_requests,

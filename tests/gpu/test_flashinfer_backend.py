@@ -12,14 +12,14 @@ from dataclasses import replace
 import pytest
 import torch
 
+from arbi_grpc.attention.flashinfer_paged import FlashInferPagedAttention
+from arbi_grpc.attention.metadata import AttentionMetadata
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.selection import select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import CompletedRequest, generate
-from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.flashinfer_attention import FlashInferPagedAttention
-from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 from tests.gpu.engine_pair import build_engine, greedy_requests

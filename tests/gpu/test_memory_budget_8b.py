@@ -15,6 +15,7 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
+from arbi_grpc.attention.selection import build_kv_cache, select_attention_backend
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.engine.cuda_graphs import DecodeGraphs
 from arbi_grpc.memory.budget import MemoryBudget
@@ -22,7 +23,6 @@ from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget, reserved_growth
-from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
 from arbi_grpc.models.random_weights import model_config_for_shape, random_causal_lm
 from arbi_grpc.observability.collectors import MemoryBudgetCollector
 from arbi_grpc.observability.cuda_allocator_metrics import CudaAllocatorCollector, cuda_allocator_reader

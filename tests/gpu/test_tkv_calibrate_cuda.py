@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.calibration_run import CalibrationSettings, run_calibration
-from arbi_grpc.kv_codec.collect import CalibrationRunner
-from arbi_grpc.kv_codec.fingerprint import model_dir_fingerprint
+from arbi_grpc.kv_codec.calibration.activations import CalibrationRunner
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.fingerprint import model_dir_fingerprint
+from arbi_grpc.kv_codec.calibration.run import CalibrationSettings, run_calibration
 from tests.unit.kv_codec.tiny_model import CORPUS, write_tiny_model
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arbi_grpc.attention.selection import select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import generate
-from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
 from arbi_grpc.kv_codec.spec import TkvSpec
-from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.models.reference_shapes import reference_hf_config

@@ -15,13 +15,13 @@ import random
 import pytest
 import torch
 
+from arbi_grpc.attention.selection import select_attention_backend
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.engine.offline import generate
-from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.models.attention_selection import select_attention_backend
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.models.random_weights import random_causal_lm
 from tests.gpu.engine_pair import (
     build_engine,

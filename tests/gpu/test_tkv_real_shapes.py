@@ -12,12 +12,12 @@ import dataclasses
 import pytest
 import torch
 
+from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.kv_codec import TkvCalibration
 from arbi_grpc.kv_codec.attention_transforms import transform_output, transform_queries
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 from arbi_grpc.kv_codec.triton_attention import TkvTritonPagedAttention
-from arbi_grpc.models.attention_metadata import AttentionMetadata
 from arbi_kernels import (
     store_tkv_tail,
     tkv_paged_decode_attention,

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.models.decoder import CausalLM, rotary_inverse_frequencies
 from arbi_grpc.models.decoder_ops import TorchDecoderOps, decoder_ops_for
-from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 from arbi_grpc.models.triton_decoder_ops import TritonDecoderOps
 from tests.unit.memory.shapes import model_config
 

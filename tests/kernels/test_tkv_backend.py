@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
 from arbi_grpc.kv_codec import TkvCalibration, torch_attention
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
@@ -14,7 +15,6 @@ from arbi_grpc.kv_codec.triton_attention import (
     TkvTritonPagedAttention,
     new_token_positions,
 )
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 from tests.kernels.tkv_batches import assert_same_encoding, copy_pools
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 4, 2, 64, 16

@@ -10,16 +10,16 @@ import random
 import pytest
 import torch
 
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.config import SchedulingLimits
+from arbi_grpc.engine.batch_slots import BatchSlots
 from arbi_grpc.engine.block_manager import BlockManager
-from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.model_runner import ModelRunner
+from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.request import GenerationRequest, Priority, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep, Scheduler
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
-from arbi_grpc.engine.batch_slots import BatchSlots
-from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
 from tests.unit.engine.tiny_llama import tiny_llama_config
 

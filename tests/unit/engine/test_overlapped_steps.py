@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 import torch
 
+from arbi_grpc.attention.selection import build_kv_cache
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import FinishReason, GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.models.attention_selection import build_kv_cache
 from arbi_grpc.models.random_weights import random_causal_lm
-from arbi_grpc.serving import assemble_engine, build_runner
+from arbi_grpc.served_model import assemble_engine, build_runner
 from benchmarks.gpu_decode import synthetic_tokenizer
 from tests.unit.engine.stream_harness import (
     Outputs,

@@ -13,6 +13,7 @@ import random
 import pytest
 import torch
 
+from arbi_grpc.attention.selection import build_kv_cache, select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.offline import generate
@@ -20,9 +21,8 @@ from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
 from arbi_grpc.models.random_weights import random_causal_lm
-from arbi_grpc.serving import assemble_engine, build_runner
+from arbi_grpc.served_model import assemble_engine, build_runner
 from benchmarks.gpu_decode import synthetic_tokenizer
 from tests.unit.engine.tiny_llama import tiny_llama_config
 from tests.unit.models.paged_harness import PagedStepRunner

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.bit_allocation import (
+from arbi_grpc.kv_codec.calibration.bit_allocation import (
     KEYS,
     VALUES,
     average_bits,

@@ -17,8 +17,8 @@ from arbi_grpc.kv_codec import (
     hadamard_rotate,
     query_channel_weights,
 )
-from arbi_grpc.kv_codec.calibrate import ChannelRecipe
-from arbi_grpc.kv_codec.calibration import METADATA_FILE, TENSORS_FILE
+from arbi_grpc.kv_codec.calibration.bundle import METADATA_FILE, TENSORS_FILE
+from arbi_grpc.kv_codec.calibration.channel_transforms import ChannelRecipe
 
 LAYERS, HEADS, HEAD_DIM = 3, 2, 64
 

@@ -10,9 +10,9 @@ import torch
 
 from arbi_grpc.cli import main
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.calibration_run import CalibrationSettings, run_calibration, text_windows
-from arbi_grpc.kv_codec.fingerprint import model_dir_fingerprint
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.fingerprint import model_dir_fingerprint
+from arbi_grpc.kv_codec.calibration.run import CalibrationSettings, run_calibration, text_windows
 from tests.unit.kv_codec.tiny_model import CORPUS, TINY_HEAD_DIM, TINY_KV_HEADS, TINY_LAYERS, write_tiny_model
 
 WINDOW = 32

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.collect import CalibrationRunner, without_sink
+from arbi_grpc.kv_codec.calibration.activations import CalibrationRunner, without_sink
 from tests.unit.kv_codec.tiny_model import TINY_HEAD_DIM, TINY_KV_HEADS, TINY_LAYERS, write_tiny_model
 
 WINDOW = 24

@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 import torch
 
+from arbi_grpc.attention.selection import build_kv_cache
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
 from arbi_grpc.memory.kv_pool import plan_kv_pool
-from arbi_grpc.models.attention_selection import build_kv_cache
 
 
 def _calibration(layer_bits: tuple[tuple[int, int], ...], group_size: int = 16, sink_tokens: int = 2):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from arbi_grpc.kv_codec.bit_allocation import KEYS, VALUES, greedy_allocation
-from arbi_grpc.kv_codec.sensitivity import operating_point_costs, probe_width
+from arbi_grpc.kv_codec.calibration.bit_allocation import KEYS, VALUES, greedy_allocation
+from arbi_grpc.kv_codec.calibration.sensitivity import operating_point_costs, probe_width
 
 LAYERS = 5
 

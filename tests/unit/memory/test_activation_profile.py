@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import torch
 
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.kv_codec.torch_attention import TkvTorchPagedAttention
 from arbi_grpc.memory.activation_profile import LiveTensorPeak, measure_activation_peak
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 from tests.unit.memory.shapes import model_config
 
 

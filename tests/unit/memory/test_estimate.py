@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.memory.activation_profile import measure_activation_peak
 from arbi_grpc.memory.estimate import activation_bytes, parameter_count
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 from tests.unit.memory.shapes import model_config
 
 ARCHITECTURE_CASES = [

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError, ResourceExhaustedError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.kv_pool import num_sink_blocks, plan_kv_pool
 from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 from tests.unit.memory.shapes import model_config
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.config import MIB, EngineConfig
-from arbi_grpc.memory.budget import MemoryLimit
-from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.memory.budget import MemoryLimit
 from arbi_grpc.memory.estimate import codec_scratch_bytes
+from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.measure import codec_tensor_bytes, measure_budget, reserved_growth
-from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import random_causal_lm
 from tests.unit.memory.shapes import model_config
 

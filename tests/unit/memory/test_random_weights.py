@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.memory.estimate import parameter_count
 from arbi_grpc.memory.measure import tensor_bytes
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
-from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.random_weights import INITIALIZER_STD, model_config_for_shape, random_causal_lm
 from arbi_grpc.models.reference_shapes import REFERENCE_SHAPES
 from tests.unit.memory.shapes import model_config

@@ -9,7 +9,7 @@ import gguf
 import pytest
 
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError, UnsupportedArchitectureError
-from arbi_grpc.models.gguf_import import import_gguf
+from arbi_grpc.models.gguf.importer import import_gguf
 
 
 def assert_nothing_left_beside(out: Path) -> None:
@@ -118,7 +118,7 @@ def test_existing_output_directory_is_never_overwritten(make_tiny_gguf, tmp_path
 
 
 def test_output_created_meanwhile_wins_the_final_rename(make_tiny_gguf, tmp_path: Path, monkeypatch) -> None:
-    from arbi_grpc.models import gguf_import
+    from arbi_grpc.models.gguf import importer as gguf_import
 
     tiny = make_tiny_gguf()
     out = tmp_path / "out"

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from arbi_grpc.models.gguf_import import import_gguf
-from arbi_grpc.models.gguf_tensors import undo_rope_row_interleave
+from arbi_grpc.models.gguf.importer import import_gguf
+from arbi_grpc.models.gguf.tensors import undo_rope_row_interleave
 
 
 def imported(make_tiny_gguf, tmp_path: Path, **spec) -> tuple[object, dict, dict[str, np.ndarray]]:

@@ -11,7 +11,7 @@ import pytest
 import regex
 from tokenizers import Tokenizer
 
-from arbi_grpc.models.gguf_import import import_gguf
+from arbi_grpc.models.gguf.importer import import_gguf
 from arbi_grpc.models.model_cache import ResolvedModel
 
 # llama.cpp's pre-tokenizer regex lists (llm_tokenizer_bpe), keyed by tokenizer.ggml.pre.

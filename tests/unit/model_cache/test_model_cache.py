@@ -12,7 +12,7 @@ import pytest
 
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError, NotFoundError
 from arbi_grpc.models import model_cache
-from arbi_grpc.models.gguf_import import import_gguf
+from arbi_grpc.models.gguf.importer import import_gguf
 from arbi_grpc.models.model_cache import (
     DEFAULT_MODEL,
     ResolvedModel,

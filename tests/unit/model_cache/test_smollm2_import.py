@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from arbi_grpc.models.gguf.tensors import undo_rope_row_interleave
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, ResolvedModel
-from arbi_grpc.models.gguf_tensors import undo_rope_row_interleave
 
 CHAT_PROMPT = "What is the capital of France?"
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 
 
 def randomize_weights(model: nn.Module, generator: torch.Generator) -> None:

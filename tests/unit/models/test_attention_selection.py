@@ -7,10 +7,10 @@ import types
 
 import pytest
 
+from arbi_grpc.attention.selection import select_attention_backend
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError, MissingDependencyError
-from arbi_grpc.models.attention_selection import select_attention_backend
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
 
 def test_cpu_gets_the_torch_reference() -> None:
@@ -36,7 +36,7 @@ def test_flashinfer_serves_only_bfloat16(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_flashinfer_is_served_when_it_imports(monkeypatch: pytest.MonkeyPatch) -> None:
-    from arbi_grpc.models.flashinfer_attention import FlashInferPagedAttention
+    from arbi_grpc.attention.flashinfer_paged import FlashInferPagedAttention
 
     monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
     backend = select_attention_backend(EngineConfig(device="cuda", attention_backend="flashinfer"))

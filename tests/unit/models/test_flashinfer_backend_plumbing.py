@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from arbi_grpc.models.flashinfer_attention import FlashInferPagedAttention
-from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
+from arbi_grpc.attention.flashinfer_paged import FlashInferPagedAttention
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.flashinfer_attention import PageLists
+from arbi_grpc.attention.flashinfer_paged import PageLists
+from arbi_grpc.attention.metadata import AttentionMetadata
 
 
 def test_page_lists_follow_each_block_table_up_to_its_context() -> None:

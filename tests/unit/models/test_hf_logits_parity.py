@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.models.loader import load_model
 from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule, randomize_weights, tokens_needed
 

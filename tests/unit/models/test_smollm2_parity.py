@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.models.loader import load_model
 from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule, tokens_needed
 

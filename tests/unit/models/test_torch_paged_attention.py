@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
-from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule, tokens_needed
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError
-from arbi_grpc.models.gguf_config import architecture_of, hf_config, read_dimensions
-from arbi_grpc.models.gguf_file import GgufMetadata, open_gguf
-from arbi_grpc.models.gguf_safetensors_writer import TensorEntry, write_safetensors
-from arbi_grpc.models.gguf_tensors import OUTPUT_TENSOR, TensorPlan, embedding_rows, plan_tensors, read_tensor
-from arbi_grpc.models.gguf_tokenizer import (
+from arbi_grpc.models.gguf.config import architecture_of, hf_config, read_dimensions
+from arbi_grpc.models.gguf.file import GgufMetadata, open_gguf
+from arbi_grpc.models.gguf.safetensors_writer import TensorEntry, write_safetensors
+from arbi_grpc.models.gguf.tensors import OUTPUT_TENSOR, TensorPlan, embedding_rows, plan_tensors, read_tensor
+from arbi_grpc.models.gguf.tokenizer import (
     build_tokenizer,
     generation_config,
     named_chat_templates,

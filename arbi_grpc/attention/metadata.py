@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from arbi_grpc.models.host_to_device import tensor_on_device_no_sync, to_device_no_sync
+from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync, to_device_no_sync
 
 
 @dataclass(frozen=True)

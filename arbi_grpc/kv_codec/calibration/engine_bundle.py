@@ -8,8 +8,8 @@ from pathlib import Path
 
 from arbi_grpc.config import EngineConfig, parse_kv_bits
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.fingerprint import model_dir_fingerprint
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.fingerprint import model_dir_fingerprint
 
 
 def with_kv_bits(calibration: TkvCalibration, kv_bits: tuple[int, int] | None) -> TkvCalibration:

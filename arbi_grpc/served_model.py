@@ -9,26 +9,26 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from arbi_grpc.attention.backend import AttentionBackend
+from arbi_grpc.attention.kv_storage import KVStorage
+from arbi_grpc.attention.selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.input_processor import InputProcessor
-from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
-from arbi_grpc.kv_codec.engine_calibration import load_engine_calibration
+from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget, reserved_growth
 from arbi_grpc.models.checkpoint_reader import read_hf_config
-from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_storage import KVStorage
-from arbi_grpc.models.attention_selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import resolve_model
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver

@@ -2,7 +2,7 @@
 
 A backend is typed over the storage kind it reads (`AttentionBackend[PagedKVCache]`, `AttentionBackend[
 TkvPagedKVCache]`): it alone knows that kind's layout; the decoder hands it whatever storage the engine built
-with it (`attention_selection` picks the two together). The torch reference backends implement it; Triton kernels
+with it (`selection` picks the two together). The torch reference backends implement it; Triton kernels
 can replace them without touching the model code.
 """
 
@@ -12,8 +12,8 @@ from typing import ClassVar, Protocol, TypeVar
 
 from torch import Tensor
 
-from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.kv_storage import KVStorage
+from arbi_grpc.attention.kv_storage import KVStorage
+from arbi_grpc.attention.metadata import AttentionMetadata
 
 StorageT = TypeVar("StorageT", bound=KVStorage, contravariant=True)
 

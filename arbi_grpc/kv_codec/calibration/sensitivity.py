@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from arbi_grpc.kv_codec.bit_allocation import KEYS, VALUES, Slot, neighbour_widths, operating_point
+from arbi_grpc.kv_codec.calibration.bit_allocation import KEYS, VALUES, Slot, neighbour_widths, operating_point
 
 # layer_bits -> dev measure (loss or divergence) with every K/V through the codec at those bits
 DevMeasure = Callable[[Sequence[tuple[int, int]]], float]

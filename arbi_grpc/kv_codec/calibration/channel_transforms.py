@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.calibration import TkvCalibration
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
 from arbi_grpc.kv_codec.codec import ChannelTransform
 from arbi_grpc.kv_codec.hadamard import hadamard_rotate
 from arbi_grpc.kv_codec.quantize import dequantize_groups, quantize_groups

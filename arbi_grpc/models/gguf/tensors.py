@@ -16,7 +16,7 @@ from gguf.gguf_reader import ReaderTensor
 from gguf.quants import dequantize
 
 from arbi_grpc.errors import ModelLoadError
-from arbi_grpc.models.gguf_config import ArchitectureSpec, ModelDimensions, required_layer_tensors
+from arbi_grpc.models.gguf.config import ArchitectureSpec, ModelDimensions, required_layer_tensors
 
 EMBEDDING_TENSOR = "token_embd.weight"
 OUTPUT_TENSOR = "output.weight"

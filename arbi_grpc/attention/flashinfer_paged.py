@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from arbi_grpc.attention.metadata import AttentionMetadata
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.engine.host_to_device import to_device_no_sync
 from arbi_grpc.errors import InvalidArgumentError, MissingDependencyError
-from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.host_to_device import to_device_no_sync
-from arbi_grpc.models.kv_cache import PagedKVCache
 
 FLASHINFER_WHEEL = "flashinfer-python==0.6.13"
 # FlashInfer's recommended split-KV scratch size; one buffer, shared by the decode and prefill wrappers (a step

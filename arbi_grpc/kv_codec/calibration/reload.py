@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.config import MIB
 from arbi_grpc.errors import FailedPreconditionError, ResourceExhaustedError
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.engine_calibration import check_model_shape, load_bundle
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.engine_bundle import check_model_shape, load_bundle
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
-from arbi_grpc.models.kv_storage import KVStorage
 
 
 def tkv_storage(storage: KVStorage, kv_cache_dtype: str) -> TkvPagedKVCache:

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arbi_grpc.models.attention_metadata import AttentionMetadata
-from arbi_grpc.models.kv_cache import PagedKVCache
+from arbi_grpc.attention.metadata import AttentionMetadata
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from arbi_grpc.attention.backend import AttentionBackend
+from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.models.attention_backend import AttentionBackend
-from arbi_grpc.models.attention_metadata import AttentionMetadata, token_positions
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
-from arbi_grpc.models.kv_cache import PagedKVCache
 from arbi_grpc.models.loader import load_model
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
 BLOCK_SIZE = 16
 # (layer, positions [T], keys [T, Hkv, D], values [T, Hkv, D]) -> (keys, values) as attention should see them

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import torch
 
+from arbi_grpc.attention.backend import AttentionBackend
+from arbi_grpc.attention.kv_storage import KVStorage
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.engine_calibration import check_model_shape
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.engine_bundle import check_model_shape
 from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
 from arbi_grpc.memory.kv_pool import num_sink_blocks
-from arbi_grpc.models.attention_backend import AttentionBackend
 from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.kv_cache import PagedKVCache
-from arbi_grpc.models.kv_storage import KVStorage
-from arbi_grpc.models.torch_paged_attention import TorchPagedAttention
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -31,11 +31,11 @@ def select_attention_backend(config: EngineConfig) -> AttentionBackend:
     if config.attention_backend == "torch":
         return TorchPagedAttention.for_device(config.device)
     if config.attention_backend == "triton":
-        from arbi_grpc.models.triton_paged_attention import TritonPagedAttention
+        from arbi_grpc.attention.triton_paged import TritonPagedAttention
 
         return TritonPagedAttention()
     if config.attention_backend == "flashinfer":
-        from arbi_grpc.models.flashinfer_attention import FlashInferPagedAttention
+        from arbi_grpc.attention.flashinfer_paged import FlashInferPagedAttention
 
         return FlashInferPagedAttention.for_dtypes(config.dtype, config.kv_cache_dtype)
     raise ValueError(f"unknown attention backend {config.attention_backend!r}")
@@ -61,7 +61,7 @@ def build_kv_cache(
     config: EngineConfig, model_config: ModelConfig, num_blocks: int, tkv_calibration: TkvCalibration | None = None
 ) -> KVStorage:
     """The zeroed paged KV cache of `num_blocks` blocks in the storage `config.kv_cache_dtype` names; a TKV cache
-    is built from `tkv_calibration` (engine_calibration.load_engine_calibration), checked against the model, with
+    is built from `tkv_calibration` (`engine_bundle.load_engine_calibration`), checked against the model, with
     the sink rows the pool planner counts (`kv_pool.num_sink_blocks`) and a tail slot of `kv_exact_blocks` blocks per
     batch slot."""
     if config.kv_cache_dtype == "tkv":

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from arbi_grpc.errors import InvalidArgumentError
-from arbi_grpc.kv_codec.bit_allocation import (
+from arbi_grpc.kv_codec.calibration.activations import CalibrationRunner, KvRewrite, without_sink
+from arbi_grpc.kv_codec.calibration.bit_allocation import (
     KEYS,
     average_bits,
     greedy_allocation,
@@ -31,11 +32,10 @@ from arbi_grpc.kv_codec.bit_allocation import (
     operating_point,
     sensitivity_swaps,
 )
-from arbi_grpc.kv_codec.calibrate import ChannelTable
-from arbi_grpc.kv_codec.calibration import TkvCalibration
-from arbi_grpc.kv_codec.collect import CalibrationRunner, KvRewrite, without_sink
-from arbi_grpc.kv_codec.fingerprint import model_dir_fingerprint
-from arbi_grpc.kv_codec.sensitivity import operating_point_costs
+from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+from arbi_grpc.kv_codec.calibration.channel_transforms import ChannelTable
+from arbi_grpc.kv_codec.calibration.fingerprint import model_dir_fingerprint
+from arbi_grpc.kv_codec.calibration.sensitivity import operating_point_costs
 from arbi_grpc.kv_codec.spec import TkvSpec
 
 MAX_SWAPS = 8

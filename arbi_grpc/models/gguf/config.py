@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from arbi_grpc.errors import ModelLoadError, UnsupportedArchitectureError
-from arbi_grpc.models.gguf_file import GgufMetadata
+from arbi_grpc.models.gguf.file import GgufMetadata
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from arbi_grpc.errors import ModelLoadError
-from arbi_grpc.models.gguf_config import SpecialTokenIds
-from arbi_grpc.models.gguf_file import GgufMetadata
+from arbi_grpc.models.gguf.config import SpecialTokenIds
+from arbi_grpc.models.gguf.file import GgufMetadata
 
 # llama.cpp's tokenizer.ggml.token_type values.
 TOKEN_TYPE_NORMAL = 1
