@@ -8,7 +8,7 @@ first text (to the first ResponseTextDelta) and the first synthesis chunk (to th
 Then barge-in: a second question spoken while the reply plays, from its onset to the interrupted
 ResponseDone (wall clock), and the server's reaction on the input timeline.
 
-    python benchmarks/voice_latency.py --out bench-results/voice_latency.json
+    python -m benchmarks.voice_latency --out bench-results/voice_latency.json
 """
 
 from __future__ import annotations
