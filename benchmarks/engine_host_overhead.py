@@ -1,13 +1,13 @@
 """Benchmark: the engine's host-side time per decode step, with the model's own cost taken out.
 
 A random tiny model (1 layer, hidden 64, vocabulary 512) on the CPU, or with `--device cuda` on a GPU with CUDA
-graphs, serves `--batch` requests of `--prompt-len` random tokens, each generating `--new-tokens` tokens (greedy, ignore_eos). The engine is driven step by step on this
-thread (no engine thread), so every step is timed and profiled; the time inside the model's forward and logits is
-measured and subtracted, leaving scheduling, block tables, input staging, sampling, output processing and the stats
-publish. Times are this thread's CPU time (`time.thread_time`), so other processes on a shared machine
-matter less. It prints the mean host time per step over the decode steps (every sequence running), then the functions
-with the most own time per decode step under cProfile. It uses only the engine's serving assembly, so the same file
-measures another checkout by putting that checkout first on PYTHONPATH.
+graphs, serves `--batch` requests of `--prompt-len` random tokens, each generating `--new-tokens` tokens (greedy,
+ignore_eos). The engine is driven step by step on this thread (no engine thread), so every step is timed and
+profiled; the time inside the model's forward and logits is measured and subtracted, leaving scheduling, block
+tables, input staging, sampling, output processing and the stats publish. Times are this thread's CPU time
+(`time.thread_time`), so other processes on a shared machine matter less. It prints the mean host time per decode
+step (every sequence running), then the functions with the most own time per decode step under cProfile. It uses
+only the engine's serving assembly, so the same file measures another checkout put first on PYTHONPATH.
 
     python -m benchmarks.engine_host_overhead --out build/engine_host_overhead.json
 """
