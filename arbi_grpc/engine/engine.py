@@ -249,14 +249,19 @@ class Engine:
             self.on_failure(self._failure)
 
     def _take_tasks(self, block: bool) -> bool:
-        """Applies queued tasks (waiting for one if `block`); False when asked to shut down."""
+        """Applies queued tasks (waiting for one if `block`); False when asked to shut down.
+
+        Publishes the state once after the tasks it took; none taken (most steps) leaves the state as the last step
+        or task published it."""
+        took_any = False
         while True:
             try:
                 task = self._tasks.get(block=block)
             except queue.Empty:
-                self._publish_state()
+                if took_any:
+                    self._publish_state()
                 return True
-            block = False
+            block, took_any = False, True
             if isinstance(task, _Shutdown):
                 self._abort_all(task.error)
                 return False
