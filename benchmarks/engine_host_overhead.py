@@ -27,15 +27,15 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
 import arbi_grpc
+from arbi_grpc.attention.selection import build_kv_cache, select_attention_backend
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.memory.kv_pool import plan_kv_pool
-from arbi_grpc.models.attention_selection import build_kv_cache, select_attention_backend
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.random_weights import random_causal_lm
-from arbi_grpc.serving import assemble_engine, build_runner
+from arbi_grpc.served_model import assemble_engine, build_runner
 from arbi_grpc.text.tokenizer import SpecialTokenFacts, TextTokenizer
 
 
