@@ -193,7 +193,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     const reply = await converse(client, question, fast);
     writeFileSync(replyPath, wavBytes({ samples: reply, sampleRateHz: REPLY_RATE_HZ }));
-    console.error(`reply audio: ${replyPath} (${reply.length / ((2 * REPLY_RATE_HZ) / 1000)} ms)`);
+    console.error(`reply audio: ${replyPath} (${Math.round(reply.length / ((2 * REPLY_RATE_HZ) / 1000))} ms)`);
     return 0;
   } catch (error) {
     const status = error as Partial<ServiceError>;
