@@ -6,8 +6,7 @@ ignore_eos). The engine is driven step by step on this thread (no engine thread)
 profiled; the time inside the model's forward and logits is measured and subtracted, leaving scheduling, block
 tables, input staging, sampling, output processing and the stats publish. Times are this thread's CPU time
 (`time.thread_time`), so other processes on a shared machine matter less. It prints the mean host time per decode
-step (every sequence running), then the functions with the most own time per decode step under cProfile. It uses
-only the engine's serving assembly, so the same file measures another checkout put first on PYTHONPATH.
+step (every sequence running), then the functions with the most own time per decode step under cProfile.
 
     python -m benchmarks.engine_host_overhead --out build/engine_host_overhead.json
 """
