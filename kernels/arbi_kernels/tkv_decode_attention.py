@@ -40,17 +40,19 @@ from arbi_kernels.decode_attention import (
 from arbi_kernels.device import multiprocessor_count
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
-    TkvLayerTensors,
     attend_coded_tile,
     attend_decoded_tile,
     attend_sink_tile,
     attend_tile,
     code_channels,
-    compute_precision,
     load_coded_vectors,
+    paged_slots,
+)
+from arbi_kernels.tkv_layout import (
+    TkvLayerTensors,
+    compute_precision,
     nibble_pair_view,
     packed_code_view,
-    paged_slots,
     require_compute_dtype,
     sink_tile_size,
     triton_dtype,
@@ -89,7 +91,7 @@ class TkvDecodeTiles:
     being a coded one, as the kernel first did; by default only the block ids, scales and zeros are masked (a
     position outside the split reads block 0's words, which decode to 0 with a scale and zero of 0): on sm_90 that
     takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (benchmarks/tkv_kernels.py --decode-only).
-    ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_core.nibble_pair_view
+    ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_layout.nibble_pair_view
     and nibble_pairs_as_halves), on CUDA with float16 compute only (elsewhere, and for other widths, the flag
     changes nothing). transposed_dots: scores as (k @ q^T)^T and the value sum as (v^T @ p^T)^T
     (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64 and 4 warps. window_blocks: blocks of the exact

@@ -12,7 +12,8 @@ import triton
 import triton.language as tl
 
 from arbi_kernels.checks import require_dtype, require_shape, require_unit_last_stride
-from arbi_kernels.tkv_core import TkvLayerTensors, code_channels
+from arbi_kernels.tkv_core import code_channels
+from arbi_kernels.tkv_layout import TkvLayerTensors
 
 __all__ = [
     "exact_window_blocks",

@@ -29,15 +29,17 @@ from arbi_kernels.checks import (
 )
 from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_core import (
-    TkvLayerTensors,
     attend_coded_tile,
     attend_sink_tile,
     code_channels,
-    compute_precision,
     decode_vectors,
     load_coded_vectors,
-    packed_code_view,
     paged_slots,
+)
+from arbi_kernels.tkv_layout import (
+    TkvLayerTensors,
+    compute_precision,
+    packed_code_view,
     require_compute_dtype,
     sink_tile_size,
     triton_dtype,

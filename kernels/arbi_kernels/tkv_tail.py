@@ -22,10 +22,7 @@ from arbi_kernels.checks import (
     require_unit_last_stride,
 )
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
-from arbi_kernels.tkv_core import (
-    TkvLayerTensors,
-    validate_tkv_layer,
-)
+from arbi_kernels.tkv_layout import TkvLayerTensors, validate_tkv_layer
 from arbi_kernels.tkv_exact import (
     exact_window_blocks,
     tail_ring_rows,

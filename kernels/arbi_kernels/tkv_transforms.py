@@ -19,7 +19,8 @@ from arbi_kernels.checks import (
     require_shape,
     require_unit_last_stride,
 )
-from arbi_kernels.tkv_core import TkvLayerTensors, hadamard_rows, validate_tkv_layer
+from arbi_kernels.tkv_core import hadamard_rows
+from arbi_kernels.tkv_layout import TkvLayerTensors, validate_tkv_layer
 
 ROWS_PER_PROGRAM = 16
 

@@ -28,12 +28,8 @@ from arbi_kernels.checks import (
     require_tile_size,
     require_unit_last_stride,
 )
-from arbi_kernels.tkv_core import (
-    TkvLayerTensors,
-    code_words,
-    hadamard_rows,
-    validate_tkv_layer,
-)
+from arbi_kernels.tkv_core import hadamard_rows
+from arbi_kernels.tkv_layout import TkvLayerTensors, code_words, validate_tkv_layer
 
 SMALLEST_STEP = tl.constexpr(2.0**-14)
 """Smallest fp16 normal: the floor of a group's step (arbi_grpc.kv_codec.quantize.SMALLEST_STEP)."""

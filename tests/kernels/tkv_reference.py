@@ -22,7 +22,7 @@ from arbi_grpc.kv_codec import (
     dequantize_groups,
 )
 from arbi_grpc.kv_codec.paged_cache import exact_window_start, tail_ring_row
-from arbi_kernels.tkv_core import TkvLayerTensors
+from arbi_kernels.tkv_layout import TkvLayerTensors
 from arbi_kernels.tkv_exact import exact_window_blocks
 from tests.kernels.reference import _causal_attention
 
