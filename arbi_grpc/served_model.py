@@ -21,7 +21,7 @@ from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
-from arbi_grpc.memory.budget import MemoryBudget
+from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 from arbi_grpc.memory.limits import memory_limit
@@ -56,8 +56,9 @@ class ServedModel:
     metrics: ModelMetrics
 
 
-def build_served_model(config: EngineConfig) -> ServedModel:
-    """Checks the memory budget, loads the model and starts its engine thread.
+def build_served_model(config: EngineConfig, host_components: tuple[MemoryComponent, ...] = ()) -> ServedModel:
+    """Checks the memory budget, loads the model and starts its engine thread. `host_components` are what else
+    the server keeps in host memory (the audio models), counted in a CPU engine's budget.
 
     The budget is checked twice, failing with ResourceExhaustedError that names the component: estimated
     from config.json before anything is loaded, then measured once the weights and KV pool are allocated
@@ -70,7 +71,7 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
     kv_pool = plan_kv_pool(config, declared, tkv_calibration)
-    estimate_budget(config, declared, kv_pool, limit).check_fits()
+    estimate_budget(config, declared, kv_pool, limit, host_components).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
     backend = select_attention_backend(config)
@@ -79,7 +80,8 @@ def build_served_model(config: EngineConfig) -> ServedModel:
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
     kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)
     runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend)
-    budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes)
+    budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes,
+                            host_components=host_components)
     budget.check_fits()
     metrics = ModelMetrics()
     engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics))

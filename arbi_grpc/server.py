@@ -10,6 +10,7 @@ metrics interceptor; `GET /metrics` is served on a port of its own unless `metri
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 
 import grpc
@@ -17,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc, audio_service_pb2, audio_service_pb2_grpc
 from arbi_client.arbi.v1 import generate_service_pb2, generate_service_pb2_grpc
+from arbi_grpc.audio.memory import estimated_audio_component
 from arbi_grpc.audio.metrics import AudioMetrics
 from arbi_grpc.audio.models import process_audio_models
 from arbi_grpc.auth.credentials import Credentials, load_credentials
@@ -38,7 +40,7 @@ from arbi_grpc.servicers.generate import GenerateServicer
 GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
 ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 AUDIO_SERVICE = audio_service_pb2.DESCRIPTOR.services_by_name["AudioService"].full_name
-_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, AUDIO_SERVICE, health.SERVICE_NAME)
+_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME)
 
 
 class GrpcServer:
@@ -62,6 +64,10 @@ class GrpcServer:
         self.metrics_exporter: MetricsExporter | None = None  # serving GET /metrics when metrics_port is set
         self.credentials: Credentials = load_credentials(self.config, default_cache_root().parent)
         self._health = health.aio.HealthServicer()
+        if self.config.audio and loader is build_served_model:
+            audio_memory = estimated_audio_component()
+            if audio_memory is not None:  # reserved before the models load, so a CPU engine leaves them room
+                loader = functools.partial(build_served_model, host_components=(audio_memory,))
         served = model if isinstance(model, ServedModel) else None
         self.host = ModelHost(engine_config, loader, served, self._publish_readiness)
         self._address = address
@@ -103,12 +109,14 @@ class GrpcServer:
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(self.host, self.config, bool(self.credentials.generate_token)), server
         )
-        audio_service_pb2_grpc.add_AudioServiceServicer_to_server(
-            AudioServicer(self.host, process_audio_models(), AudioMetrics(self.metrics.registry)), server
-        )
+        if self.config.audio:
+            audio_service_pb2_grpc.add_AudioServiceServicer_to_server(
+                AudioServicer(self.host, process_audio_models(),
+                              AudioMetrics(self.metrics.registry, process_audio_models())), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        enable_reflection(_SERVICE_NAMES, server)
-        if self.config.audio_preload:
+        enable_reflection((*_SERVICE_NAMES, AUDIO_SERVICE) if self.config.audio else _SERVICE_NAMES, server)
+        if self.config.audio and self.config.audio_preload:
             await process_audio_models().loaded()
         self.port = server.add_insecure_port(self._address)
         if self.port == 0:

@@ -55,6 +55,10 @@ class ServerConfig:
             f"(empty: $ARBI_CACHE_DIR/{ADMIN_TOKEN_FILE_NAME})"
     )
 
+    audio: bool = setting(
+        True, "serve AudioService; its models' host memory is reserved in the boot budget (off: not served, "
+              "nothing reserved)"
+    )
     audio_preload: bool = setting(
         False, "load the audio models (VAD, recognizer, voice) at boot instead of on the first AudioService call"
     )
@@ -78,6 +82,8 @@ class ServerConfig:
         for name, value in positive.items():
             if value <= 0:
                 raise InvalidArgumentError(name, f"must be > 0, got {value}")
+        if self.audio_preload and not self.audio:
+            raise InvalidArgumentError("audio_preload", "preloads AudioService's models, which --no-audio turns off")
         if self.drain_timeout_ms < 0:
             raise InvalidArgumentError("drain_timeout_ms", f"must be >= 0, got {self.drain_timeout_ms}")
         for name in ("generate_token", "admin_token"):

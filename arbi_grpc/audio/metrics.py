@@ -1,18 +1,25 @@
 """The audio pipeline's Prometheus metrics, registered in the server's process registry.
 
-Turns and interruptions are counted; the voice-to-voice latency (end of the user's speech, as the turn
+Turns and interruptions are counted; the loaded models' host memory is a gauge; the voice-to-voice latency (end of the user's speech, as the turn
 detector saw it, to the first reply audio sent) and the recognition and synthesis time are histograms.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from arbi_grpc.audio.models import AudioModels
 
 from arbi_grpc.observability.metrics import LATENCY_BUCKETS_S
 
 
 class AudioMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, models: AudioModels) -> None:
+        self.models_memory = Gauge(
+            "arbi_audio_models_memory_bytes",
+            "Host memory reserved for the loaded audio models (0 until they load)", registry=registry,
+        )
+        self.models_memory.set_function(lambda: models.memory.num_bytes if models.memory else 0)
         self.turns = Counter(
             "arbi_audio_turns", "User turns committed on Converse streams, by how they ended",
             ["detection"], registry=registry,

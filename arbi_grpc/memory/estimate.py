@@ -12,6 +12,7 @@ from __future__ import annotations
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.memory.budget import (
     MemoryBudget,
+    MemoryComponent,
     MemoryLimit,
     activations_component,
     allocator_overhead_component,
@@ -102,8 +103,12 @@ def logits_phase_bytes(model: ModelConfig, dtype: str, step: ProfileStep) -> int
     return 2 * tokens * model.hidden_size * element + logits + max(cast, sampler)
 
 
-def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPlan, limit: MemoryLimit) -> MemoryBudget:
-    """The budget a boot of `config` would measure, from config files only."""
+def estimate_budget(
+    config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPlan, limit: MemoryLimit,
+    host_components: tuple[MemoryComponent, ...] = (),
+) -> MemoryBudget:
+    """The budget a boot of `config` would measure, from config files only. `host_components` are the server's
+    other residents in host memory (the audio models), counted when the engine's device is the CPU too."""
     count = parameter_count(model)
     element = ELEMENT_BYTES[config.dtype]
     weight_bytes = count * element
@@ -131,6 +136,8 @@ def estimate_budget(config: EngineConfig, model: ModelConfig, kv_pool: KVPoolPla
                 "(segments split by the projection fusion at load)",
             ),
         ]
+    if config.device == "cpu":
+        components += host_components
     return MemoryBudget(device=config.device, method="estimated", components=tuple(components), limit=limit)
 
 

@@ -61,12 +61,14 @@ def measure_budget(
     limit: MemoryLimit,
     *,
     cuda_graph_bytes: int = 0,
+    host_components: tuple[MemoryComponent, ...] = (),
 ) -> MemoryBudget:
     """Counts the loaded weights and the allocated pool, then profiles the largest step.
 
     On CUDA, capture the graphs first and pass `cuda_graph_bytes = reserved_growth(capture, device)`: capturing
     a graph empties the allocator's cache (torch.cuda.graph does), which would release the profile's cached
-    blocks if it came after.
+    blocks if it came after. `host_components` (the audio models) are counted on the CPU, as in
+    `estimate_budget`.
     """
     device = kv_cache.device
     if device.type not in ("cpu", "cuda"):
@@ -86,6 +88,8 @@ def measure_budget(
     ]
     if device.type == "cuda":
         components += _cuda_components(components, cuda_graph_bytes, config, device)
+    else:
+        components += host_components
     return MemoryBudget(device=config.device, method="measured", components=tuple(components), limit=limit)
 
 

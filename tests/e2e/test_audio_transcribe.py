@@ -103,3 +103,11 @@ def test_no_gpl_library_is_loaded(audio_stub) -> None:
     with open("/proc/self/maps") as maps:
         libraries = maps.read()
     assert "libespeak" not in libraries and "libx264" not in libraries and "libavcodec" not in libraries
+
+
+def test_the_loaded_models_memory_is_a_gauge(audio_stub, served_smollm2) -> None:
+    from arbi_grpc.audio.memory import estimated_audio_component
+
+    audio_stub.Synthesize(pb.SynthesizeRequest(text="Hello.")).next()  # the models are loaded by now
+    gauge = served_smollm2.metrics.registry.get_sample_value("arbi_audio_models_memory_bytes")
+    assert gauge >= estimated_audio_component().num_bytes

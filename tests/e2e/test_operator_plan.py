@@ -18,7 +18,8 @@ PLAN_WITHOUT_TORCH = (
 def _plan(model: str, served) -> dict:
     config = served.config
     result = subprocess.run(
-        [sys.executable, "-c", PLAN_WITHOUT_TORCH, "plan", "--json", "--model", model,
+        # --no-audio: the session server is built without AudioService's reservation.
+        [sys.executable, "-c", PLAN_WITHOUT_TORCH, "plan", "--json", "--no-audio", "--model", model,
          "--max-context", str(served.max_model_len), "--kv-cache-memory-mib", str(config.kv_cache_memory_mib),
          "--max-step-tokens", str(config.max_step_tokens),
          "--max-running-requests", str(config.max_running_requests)],
@@ -39,3 +40,17 @@ def test_plan_is_within_ten_percent_of_the_measured_budget(served_smollm2, smoll
             assert plan["components"][exact]["bytes"] == measured["components"][exact]["bytes"]
         activations = measured["components"]["activations"]["bytes"]
         assert abs(plan["components"]["activations"]["bytes"] - activations) <= 0.10 * activations
+
+
+def test_plan_reserves_the_audio_models_unless_told_not_to(served_smollm2) -> None:
+    from arbi_grpc.audio.memory import estimated_audio_component
+
+    served = served_smollm2.served
+    with_audio = subprocess.run(
+        [sys.executable, "-c", PLAN_WITHOUT_TORCH, "plan", "--json", "--model", DEFAULT_MODEL,
+         "--kv-cache-memory-mib", str(served.config.kv_cache_memory_mib)],
+        check=False, capture_output=True, text=True, timeout=120,
+    )
+    assert with_audio.returncode == 0, with_audio.stderr
+    components = json.loads(with_audio.stdout)["components"]
+    assert components["audio_models"]["bytes"] == estimated_audio_component().num_bytes
