@@ -61,3 +61,14 @@ command -v espeak-ng >/dev/null || {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng >/dev/null
 }
 # --- end of audio tests ---
+
+# --- Deploy files (tests/unit/deploy/): docker-compose 1.29 checks deploy/compose.yaml (`docker-compose config`;
+# no container engine runs) and kubectl renders deploy/k8s (`kubectl kustomize`, no cluster). ---
+deploy_packages=()
+command -v docker-compose >/dev/null || deploy_packages+=(docker-compose)
+command -v kubectl >/dev/null || deploy_packages+=(kubectl)
+if ((${#deploy_packages[@]})); then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${deploy_packages[@]}" >/dev/null
+fi
+# --- end of deploy files ---
