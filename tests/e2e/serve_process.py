@@ -54,9 +54,11 @@ class ServeProcess:
                 self.process.wait()
 
 
-def start_serve(model_dir: Path, log_path: Path, *flags: str, env: dict[str, str] | None = None) -> ServeProcess:
-    """Boots a server on a free port and waits until it answers SERVING; fails the test with its log if not."""
-    port = free_port()
+def start_serve(model_dir: Path, log_path: Path, *flags: str, env: dict[str, str] | None = None,
+                port: int | None = None) -> ServeProcess:
+    """Boots a server on `port` (default: a free one) and waits until it answers SERVING; fails the test with
+    its log if not."""
+    port = port or free_port()
     # The metrics endpoint's default port is fixed: servers of a test run open none unless a test asks.
     metrics = () if any(flag.startswith("--metrics-port") for flag in flags) else ("--metrics-port", "0")
     with open(log_path, "wb") as log_file:
