@@ -30,8 +30,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import aiohttp
 import grpc
-import httpx
 
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_gateway.process import GatewayProcess
@@ -86,7 +86,7 @@ async def _worker(targets: Targets, rng: random.Random, stop_at: float, budget: 
         name = rng.choices(names, weights)[0]
         try:
             code = await OPERATIONS[name][0](targets, rng)
-        except (httpx.HTTPError, grpc.aio.AioRpcError) as error:  # a transport failure is an unexpected code
+        except (aiohttp.ClientError, grpc.aio.AioRpcError) as error:  # a transport failure is an unexpected code
             code = f"{type(error).__name__}"
         codes[name][code] += 1
 
@@ -104,9 +104,11 @@ async def _idle(targets: Targets) -> int:
 
 async def soak(grpc_target: str, http_url: str, admin_token: str, server_pid: int, duration_s: float,
                max_requests: int, concurrency: int, seed: int = 0) -> SoakReport:
-    async with grpc.aio.insecure_channel(grpc_target) as channel, httpx.AsyncClient(
-            base_url=http_url, timeout=120, limits=httpx.Limits(max_connections=concurrency)) as http:
-        models = (await http.get("/v1/models")).json()["data"]
+    async with grpc.aio.insecure_channel(grpc_target) as channel, aiohttp.ClientSession(
+            base_url=http_url, timeout=aiohttp.ClientTimeout(total=120),
+            connector=aiohttp.TCPConnector(limit=concurrency)) as http:
+        async with http.get("/v1/models") as reply:
+            models = (await reply.json())["data"]
         targets = Targets(channel, grpc_target, http, (("authorization", f"Bearer {admin_token}"),),
                           models[0]["id"])
         reference = await _answer(targets)

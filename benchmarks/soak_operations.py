@@ -8,8 +8,8 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import aiohttp
 import grpc
-import httpx
 
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
@@ -26,7 +26,7 @@ class Targets:
 
     channel: grpc.aio.Channel
     grpc_target: str
-    http: httpx.AsyncClient
+    http: aiohttp.ClientSession  # its base_url is the gateway's
     admin_metadata: tuple[tuple[str, str], ...]
     model: str
 
@@ -169,25 +169,27 @@ def _chat_body(targets: Targets, rng: random.Random, stream: bool) -> dict:
 
 async def rest_chat(targets: Targets, rng: random.Random) -> str:
     stream = rng.random() < 0.5
-    async with targets.http.stream("POST", "/v1/chat/completions", json=_chat_body(targets, rng, stream)) as reply:
-        await reply.aread()
-        return f"HTTP {reply.status_code}"
+    async with targets.http.post("/v1/chat/completions", json=_chat_body(targets, rng, stream)) as reply:
+        await reply.read()
+        return f"HTTP {reply.status}"
 
 
 async def rest_disconnect(targets: Targets, rng: random.Random) -> str:
     """A streamed chat completion whose client goes away after the first chunk."""
     body = _chat_body(targets, rng, True) | {"max_tokens": 64}
-    async with targets.http.stream("POST", "/v1/chat/completions", json=body) as reply:
-        async for _ in reply.aiter_bytes():
-            break
-        return f"HTTP {reply.status_code}"
+    async with targets.http.post("/v1/chat/completions", json=body) as reply:
+        await reply.content.readany()
+        reply.close()  # drops the connection with the stream unread
+        return f"HTTP {reply.status}"
 
 
 async def rest_bad_input(targets: Targets, rng: random.Random) -> str:
-    bodies = [b"{not json", b'{"messages": "x"}', b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}']
-    reply = await targets.http.post("/v1/chat/completions", content=rng.choice(bodies),
-                                    headers={"content-type": "application/json"})
-    return f"HTTP {reply.status_code}"
+    bodies = [b"{not json", b'{"messages": "x"}',
+              b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}']
+    async with targets.http.post("/v1/chat/completions", data=rng.choice(bodies),
+                                 headers={"content-type": "application/json"}) as reply:
+        await reply.read()
+        return f"HTTP {reply.status}"
 
 
 Operation = Callable[[Targets, random.Random], Awaitable[str]]
