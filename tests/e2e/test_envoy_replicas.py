@@ -1,13 +1,13 @@
 """Two real server replicas (SmolLM2 on the CPU, small KV pools) behind the real Envoy with
 deploy/envoy/front-proxy.yaml, and 64 concurrent streams through it:
 
+- The REST listener (first: it needs no server replica booted again): two gateway replicas behind it answer
+  over HTTP/1.1 and HTTP/2, and with one killed every new request succeeds.
 - SIGTERM one replica under load: zero failed requests (the replica drains its streams, Envoy sends it no new
   ones), and the replica exits 0.
 - SIGKILL one replica: only the streams that replica was serving fail (UNAVAILABLE, or INTERNAL where Envoy
   resets a stream whose response had begun); the other's all complete, and every
   new request succeeds through the surviving replica.
-- The REST listener: two gateway replicas behind it answer over HTTP/1.1 and HTTP/2, and with one killed
-  every new request succeeds.
 """
 
 from __future__ import annotations
@@ -168,29 +168,6 @@ def _complete(result: StreamResult) -> bool:
     return result.code == grpc.StatusCode.OK and result.token_count == OUTPUT_TOKENS
 
 
-def test_sigterm_under_load_fails_no_request(fleet_up: Fleet) -> None:
-    outcome = asyncio.run(_signal_under_load(fleet_up, signal.SIGTERM))
-    served = {result.replica_port for result in outcome.in_flight}
-    assert served == set(fleet_up.replicas), "both replicas served streams"
-    failed = [result for result in outcome.in_flight + outcome.new if not _complete(result)]
-    assert failed == []
-    assert {result.replica_port for result in outcome.new} == set(fleet_up.replicas) - {outcome.victim}
-    assert fleet_up.replicas[outcome.victim].process.wait(timeout=150) == 0
-
-
-def test_sigkill_fails_only_the_killed_replicas_streams(fleet_up: Fleet) -> None:
-    outcome = asyncio.run(_signal_under_load(fleet_up, signal.SIGKILL))
-    on_victim = [result for result in outcome.in_flight if result.replica_port == outcome.victim]
-    on_survivor = [result for result in outcome.in_flight if result.replica_port != outcome.victim]
-    assert on_survivor and all(_complete(result) for result in on_survivor)
-    cut = [result for result in on_victim if not _complete(result)]
-    assert cut, "the killed replica had streams in flight"
-    # Envoy resets a stream whose replica vanished after its response began: gRPC reads the reset as INTERNAL.
-    assert {result.code for result in cut} <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL}
-    assert [result for result in outcome.new if not _complete(result)] == []
-    assert {result.replica_port for result in outcome.new} == set(fleet_up.replicas) - {outcome.victim}
-
-
 def _curl(url: str, protocol: str, body: dict | None = None) -> tuple[int, str]:
     command = ["curl", "-sS", "--max-time", "120", protocol, "-w", "\n%{http_code}", url]
     if body is not None:
@@ -218,3 +195,26 @@ def test_rest_replicas_answer_over_http1_and_http2_and_survive_a_killed_gateway(
     fleet_up.gateways[victim].process.wait(timeout=30)
     statuses = [_curl(url + "/v1/chat/completions", "--http1.1", chat)[0] for _ in range(8)]
     assert statuses == [200] * 8
+
+
+def test_sigterm_under_load_fails_no_request(fleet_up: Fleet) -> None:
+    outcome = asyncio.run(_signal_under_load(fleet_up, signal.SIGTERM))
+    served = {result.replica_port for result in outcome.in_flight}
+    assert served == set(fleet_up.replicas), "both replicas served streams"
+    failed = [result for result in outcome.in_flight + outcome.new if not _complete(result)]
+    assert failed == []
+    assert {result.replica_port for result in outcome.new} == set(fleet_up.replicas) - {outcome.victim}
+    assert fleet_up.replicas[outcome.victim].process.wait(timeout=150) == 0
+
+
+def test_sigkill_fails_only_the_killed_replicas_streams(fleet_up: Fleet) -> None:
+    outcome = asyncio.run(_signal_under_load(fleet_up, signal.SIGKILL))
+    on_victim = [result for result in outcome.in_flight if result.replica_port == outcome.victim]
+    on_survivor = [result for result in outcome.in_flight if result.replica_port != outcome.victim]
+    assert on_survivor and all(_complete(result) for result in on_survivor)
+    cut = [result for result in on_victim if not _complete(result)]
+    assert cut, "the killed replica had streams in flight"
+    # Envoy resets a stream whose replica vanished after its response began: gRPC reads the reset as INTERNAL.
+    assert {result.code for result in cut} <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL}
+    assert [result for result in outcome.new if not _complete(result)] == []
+    assert {result.replica_port for result in outcome.new} == set(fleet_up.replicas) - {outcome.victim}
