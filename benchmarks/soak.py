@@ -210,16 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench-results/soak.json"))
     args = parser.parse_args(argv)
-    scratch = Path(tempfile.mkdtemp(prefix="arbi-soak-"))
     admin_token = secrets.token_hex(16)
-    server, target, gateway = _boot(args, admin_token, scratch)
-    try:
-        report = asyncio.run(soak(target, gateway.url, admin_token, server.pid, args.duration_s,
-                                  args.max_requests, args.concurrency, args.seed))
-    finally:
-        gateway.stop()
-        server.terminate()
-        server.wait(timeout=60)
+    with tempfile.TemporaryDirectory(prefix="arbi-soak-") as scratch:  # the processes' logs
+        server, target, gateway = _boot(args, admin_token, Path(scratch))
+        try:
+            report = asyncio.run(soak(target, gateway.url, admin_token, server.pid, args.duration_s,
+                                      args.max_requests, args.concurrency, args.seed))
+        finally:
+            gateway.stop()
+            server.terminate()
+            server.wait(timeout=60)
     print_report(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(asdict(report) | {"rss_growth": report.rss_growth}, indent=2))
