@@ -131,6 +131,14 @@ def run_case(model_dir: Path, case: ServerCase, args: argparse.Namespace, vocab_
         stop_server(process)
 
 
+def _machine(device: str) -> str:
+    if device != "cuda":
+        return platform.processor() or "cpu"
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", default="llama3-8b")
@@ -177,7 +185,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "command": " ".join(["python -m benchmarks.serving", *sys.argv[1:]]), "date": date.today().isoformat(),
-        "machine": platform.node(), "python": platform.python_version(), "shape": args.shape,
+        "machine": _machine(args.device), "python": platform.python_version(), "shape": args.shape,
         "rows": {name: asdict(row) for name, row in rows.items()},
     }, indent=2))
 
