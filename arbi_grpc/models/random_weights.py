@@ -53,8 +53,6 @@ def write_random_checkpoint(hf_config: dict[str, Any], directory: Path, dtype: t
     one model.safetensors (tensors drawn on `device`, saved from the host). No tokenizer is written."""
     from safetensors.torch import save_file
 
-    from arbi_grpc.models.config import ModelConfig
-
     directory.mkdir(parents=True, exist_ok=True)
     config = ModelConfig.from_hf_config(hf_config)
     with torch.device("meta"):
