@@ -11,7 +11,8 @@ case and writes JSON:
         --prompt-len 2048 --output-len 512
 
 The model directory (config.json, model.safetensors, the default model's tokenizer files, a TKV bundle) is
-written to a temporary directory, or reused from `--model-dir` when it holds one of the same shape.
+written to a temporary directory, or to `--model-dir`, and reused from there when it already holds one (its TKV
+bundle directory): the directory's shape is then the caller's to keep the same.
 """
 
 from __future__ import annotations
