@@ -21,15 +21,18 @@ from arbi_grpc.commands import register as register_operator_commands
 from arbi_grpc.commands import talk as talk_command
 from arbi_grpc.commands.paths import run_state_dir
 from arbi_grpc.errors import ArbiError
+from arbi_grpc.shutdown_signals import ShutdownSignals
 
 if TYPE_CHECKING:
     from arbi_grpc.observability.settings import ObservabilityConfig
+    from arbi_grpc.server import GrpcServer
 
 DEFAULT_PORT = 50051
 DEFAULT_HTTP_PORT = 8000
 _TOKEN_ENV = "ARBI_GENERATE_TOKEN"  # the same variable sets the server's generate_token
 _SERVE_BOOT_TIMEOUT_S = 600.0
 _CHAT_WAIT_S = 120.0
+_ENGINE_FAULT_EXIT = 70  # EX_SOFTWARE: the engine thread died; an orchestrator restarts the process
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +126,7 @@ def _serve_with_logs(args: argparse.Namespace, observability: ObservabilityConfi
     from arbi_grpc.server_config import ServerConfig
 
     engine_config, server_config = resolve(EngineConfig, args), resolve(ServerConfig, args)
+    signals = ShutdownSignals().install()  # before the model loads: a SIGTERM meanwhile drains once it is up
     server = GrpcServer(engine_config, server_config.address, server_config, observability=observability).start()
     log = logging.getLogger("arbi_grpc")
     log.info("gRPC server listening on %s; loading %s", server.target, engine_config.model)
@@ -133,10 +137,26 @@ def _serve_with_logs(args: argparse.Namespace, observability: ObservabilityConfi
     try:
         server.load_model(engine_config.model)
         log.info("ready: serving %s", server.served.name)
-        server.wait()
-    finally:
+        fault = signals.wait_for_stop(lambda: _engine_fault(server))
+    except BaseException:
         server.stop()
+        raise
+    if fault is not None:
+        log.error("exiting so that the process is restarted: %s", fault)
+        server.stop()
+        return _ENGINE_FAULT_EXIT
+    log.info("%s: draining (up to %d ms), new requests are refused", signals.signal_name,
+             server_config.drain_timeout_ms)
+    ended = server.drain_and_stop(server_config.drain_timeout_ms / 1000)
+    log.info("drained and stopped (%d requests ended unfinished at the drain timeout)", ended)
     return 0
+
+
+def _engine_fault(server: GrpcServer) -> str | None:
+    """Why the resident model's engine can no longer serve (its thread died), or None."""
+    served = server.served
+    failure = served.engine.failure if served is not None else None
+    return None if failure is None else str(failure)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -68,6 +68,10 @@ class UnavailableError(ArbiError):
     code = "UNAVAILABLE"
 
 
+class DrainingError(UnavailableError):
+    """The server is draining (a shutdown, or an admin drain) and admits no new work; retry on another replica."""
+
+
 class MissingDependencyError(ArbiError):
     """An optional package that a configured feature needs is not installed or fails to import."""
 

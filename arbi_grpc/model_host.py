@@ -20,7 +20,9 @@ from typing import Any
 
 from arbi_grpc.config import EngineConfig, SchedulingLimits
 from arbi_grpc.engine.engine import Engine
-from arbi_grpc.errors import ArbiError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
+from arbi_grpc.errors import (
+    ArbiError, DrainingError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError,
+)
 from arbi_grpc.served_model import ServedModel
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ class ModelHost:
     def admit(self, model: str) -> ServedModel:
         """The model a new generate request goes to; UNAVAILABLE while draining or without a model."""
         if self._draining:
-            raise UnavailableError("the server is draining and admits no new requests; retry later")
+            raise DrainingError("the server is draining and admits no new requests; retry later")
         served = self.resident(model)
         if served.engine.failure is not None:
             raise served.engine.failure

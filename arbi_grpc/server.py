@@ -142,6 +142,19 @@ class GrpcServer:
         """Blocks until the server stops."""
         asyncio.run_coroutine_threadsafe(self._server.wait_for_termination(), self._loop).result()
 
+    def drain_and_stop(self, drain_timeout_s: float) -> int:
+        """A graceful shutdown: readiness and health turn NOT_SERVING, new generate requests are refused with
+        UNAVAILABLE (reason DRAINING), requests in flight get `drain_timeout_s` to finish and write their last
+        message; then the server stops (what remains ends with UNAVAILABLE). Returns how many were ended."""
+        remaining = asyncio.run_coroutine_threadsafe(self._drain(drain_timeout_s), self._loop).result()
+        self.stop()
+        return remaining
+
+    async def _drain(self, drain_timeout_s: float) -> int:
+        remaining = await self.host.drain(drain_timeout_s)
+        await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        return remaining
+
     def stop(self, grace_s: float = 2.0) -> None:
         if self.metrics_exporter is not None:
             self.metrics_exporter.stop()

@@ -42,7 +42,8 @@ class ServerConfig:
     )
     max_session_generations: int = setting(64, "most live generations on one Session stream")
     drain_timeout_ms: int = setting(
-        30_000, "how long requests in flight may finish during a model unload or switch, in ms"
+        30_000, "how long requests in flight may finish during a model unload or switch, and after SIGTERM or "
+                "SIGINT before the server exits, in ms"
     )
     generate_token: str = _secret(
         "bearer token GenerateService calls must carry (empty: generate calls are open)"

@@ -9,6 +9,10 @@ allocated one per checkpoint tensor, in checkpoint order, then the projections a
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import torch
 
 from arbi_grpc.attention.backend import AttentionBackend
@@ -17,7 +21,7 @@ from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 
-__all__ = ["INITIALIZER_STD", "model_config_for_shape", "random_causal_lm"]
+__all__ = ["INITIALIZER_STD", "model_config_for_shape", "random_causal_lm", "write_random_checkpoint"]
 
 INITIALIZER_STD = 0.02  # HF's initializer_range for Llama, Qwen2 and Qwen3
 
@@ -41,6 +45,27 @@ def random_causal_lm(
         return {name: _random_tensor(name, shape, dtype, device, generator) for name, shape in shapes.items()}
 
     return CausalLM.from_weights(model_config, read_weights, attention_backend=backend, device=device)
+
+
+def write_random_checkpoint(hf_config: dict[str, Any], directory: Path, dtype: torch.dtype, seed: int,
+                            device: torch.device | str = "cpu") -> Path:
+    """Writes an HF-style checkpoint of `hf_config` with seeded random weights into `directory`: config.json and
+    one model.safetensors (tensors drawn on `device`, saved from the host). No tokenizer is written."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = ModelConfig.from_hf_config(hf_config)
+    with torch.device("meta"):
+        shapes = {name: tuple(t.shape) for name, t in
+                  CausalLM(config, attention_backend=TorchPagedAttention.for_device(torch.device("cpu")),
+                           device="cpu").state_dict().items()}
+    generator = torch.Generator(device=device).manual_seed(seed)
+    tensors = {name: _random_tensor(name, shape, dtype, torch.device(device), generator).cpu()
+               for name, shape in shapes.items()}
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    dtype_name = str(dtype).removeprefix("torch.")
+    (directory / "config.json").write_text(json.dumps({**hf_config, "torch_dtype": dtype_name}, indent=2))
+    return directory
 
 
 def _random_tensor(

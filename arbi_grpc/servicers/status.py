@@ -16,6 +16,7 @@ from grpc_status import rpc_status
 
 from arbi_grpc.errors import (
     ArbiError,
+    DrainingError,
     InvalidArgumentError,
     ModelLoadError,
     NotFoundError,
@@ -31,6 +32,7 @@ _REASONS: dict[type[ArbiError], str] = {
     InvalidArgumentError: "INVALID_FIELD",
     NotFoundError: "NOT_FOUND",
     ResourceExhaustedError: "RESOURCE_EXHAUSTED",
+    DrainingError: "DRAINING",  # before UnavailableError, its base class: the first match names the reason
     UnavailableError: "UNAVAILABLE",
     UnsupportedArchitectureError: "UNSUPPORTED_ARCHITECTURE",
     ModelLoadError: "MODEL_LOAD_FAILED",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
@@ -42,3 +44,13 @@ def generate(stub: pb_grpc.GenerateServiceStub, request: pb.GenerateRequest, **c
 def stub_for(target: str) -> tuple[grpc.Channel, pb_grpc.GenerateServiceStub]:
     channel = grpc.insecure_channel(target)
     return channel, pb_grpc.GenerateServiceStub(channel)
+
+
+def error_reason(error: grpc.RpcError) -> str:
+    """The ErrorInfo reason in the rich status of a failed call ("" when it carries none)."""
+    for detail in rpc_status.from_call(error).details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info.reason
+    return ""

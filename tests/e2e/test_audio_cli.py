@@ -3,6 +3,7 @@ printed events and a spoken reply out."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -50,4 +51,27 @@ def test_python_client_converse(served_smollm2) -> None:
     done = [event.response_done for event in events if event.WhichOneof("event") == "response_done"]
     assert len(done) == 1 and done[0].status == audio_types.RESPONSE_STATUS_COMPLETED
     assert "Paris" in done[0].text
+    wait_for_idle_pool(served_smollm2.served.engine)
+
+
+def test_async_client_converse_transcribe_and_synthesize(served_smollm2, tmp_path: Path) -> None:
+    from arbi_client.aio import AsyncArbiClient
+
+    async def typed_question():
+        yield audio_pb.ConverseRequest(text=QUESTION)
+
+    async def main() -> tuple[list[audio_pb.ConverseResponse], str]:
+        async with AsyncArbiClient(served_smollm2.target) as client:
+            config = audio_pb.ConverseConfig(input_format=pcm16_format(16_000))
+            events = [event async for event in client.converse(config, typed_question(), timeout_s=240)]
+            speech = client.synthesize("The capital of France is Paris.", sample_rate_hz=16_000)
+            pcm = b"".join([chunk async for chunk in speech])
+            write_wav(tmp_path / "spoken.wav", Pcm16(pcm, 16_000))
+            return events, await client.transcribe((tmp_path / "spoken.wav").read_bytes())
+
+    events, heard = asyncio.run(main())
+    done = [event.response_done for event in events if event.WhichOneof("event") == "response_done"]
+    assert len(done) == 1 and done[0].status == audio_types.RESPONSE_STATUS_COMPLETED
+    assert "Paris" in done[0].text
+    assert "paris" in words(heard)
     wait_for_idle_pool(served_smollm2.served.engine)

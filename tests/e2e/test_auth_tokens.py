@@ -9,9 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
@@ -20,7 +18,7 @@ from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_grpc.auth.credentials import Role, load_credentials
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.server_config import ServerConfig
-from tests.e2e.helpers import chat_request
+from tests.e2e.helpers import chat_request, error_reason
 
 GENERATE_TOKEN = "generate-token-0123456789"
 ADMIN_TOKEN = "admin-token-0123456789abcdef"
@@ -63,21 +61,12 @@ def _metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def _reason(error: grpc.RpcError) -> str:
-    for detail in rpc_status.from_call(error).details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info.reason
-    return ""
-
-
 def _code_of(call, *args) -> tuple[grpc.StatusCode, str]:
     """The status code and ErrorInfo reason of `call(*args)` (OK and "" when it succeeds)."""
     try:
         call(*args)
     except grpc.RpcError as error:
-        return error.code(), _reason(error)
+        return error.code(), error_reason(error)
     return grpc.StatusCode.OK, ""
 
 

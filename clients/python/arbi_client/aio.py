@@ -10,6 +10,8 @@ from google.protobuf import field_mask_pb2
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
 from arbi_client.arbi.v1 import admin_types_pb2 as admin_types
+from arbi_client.arbi.v1 import audio_service_pb2 as audio_pb
+from arbi_client.arbi.v1 import audio_service_pb2_grpc as audio_grpc
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_client.channel_options import CHANNEL_OPTIONS
@@ -24,6 +26,7 @@ class AsyncArbiClient:
         self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._generate = pb_grpc.GenerateServiceStub(self._channel)
         self._admin = admin_grpc.AdminServiceStub(self._channel)
+        self._audio = audio_grpc.AudioServiceStub(self._channel)
         self._token = bearer(token)
         self._admin_token = bearer(admin_token)
 
@@ -75,6 +78,29 @@ class AsyncArbiClient:
         request = pb.CountTokensRequest(model=model, prompt=prompt) if messages is None else \
             pb.CountTokensRequest(model=model, chat=chat_input(messages))
         return await self._generate.CountTokens(request, metadata=self._token)
+
+    # -- AudioService ------------------------------------------------------------------------------
+
+    def converse(self, config: audio_pb.ConverseConfig, requests: AsyncIterable[audio_pb.ConverseRequest],
+                 timeout_s: float | None = None) -> AsyncIterator[audio_pb.ConverseResponse]:
+        """A spoken conversation: sends `config`, then `requests` (audio chunks from a microphone, text and
+        controls, as they come), and yields the server's events as they arrive."""
+        return self._audio.Converse(_after_config(config, requests), timeout=timeout_s, metadata=self._token)
+
+    async def transcribe(self, audio: bytes, *, language: str = "") -> str:
+        """The text of a WAV file's speech."""
+        request = audio_pb.TranscribeRequest(audio=audio, language=language)
+        return (await self._audio.Transcribe(request, metadata=self._token)).text
+
+    async def synthesize(self, text: str, *, voice: str = "", sample_rate_hz: int = 24_000
+                         ) -> AsyncIterator[bytes]:
+        """The speech of `text` as PCM16 mono chunks, sentence by sentence as synthesized."""
+        request = audio_pb.SynthesizeRequest(text=text, voice=voice)
+        request.output_format.sample_rate_hz = sample_rate_hz
+        async for response in self._audio.Synthesize(request, metadata=self._token):
+            yield response.audio
+
+    # -- GenerateService: models and tokens ---------------------------------------------------------
 
     async def list_served_models(self) -> list[admin_types.ModelInfo]:
         """The models this server generates with (the resident one, or none)."""
@@ -138,3 +164,10 @@ class AsyncArbiClient:
 
     async def resume_server(self) -> None:
         await self._admin.ResumeServer(admin_pb.ResumeServerRequest(), metadata=self._admin_token)
+
+
+async def _after_config(config: audio_pb.ConverseConfig, requests: AsyncIterable[audio_pb.ConverseRequest]
+                        ) -> AsyncIterator[audio_pb.ConverseRequest]:
+    yield audio_pb.ConverseRequest(config=config)
+    async for request in requests:
+        yield request

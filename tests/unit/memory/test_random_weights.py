@@ -65,3 +65,19 @@ def test_a_random_model_runs_a_step() -> None:
 def test_real_shapes_have_their_published_sizes(shape: str, parameters: int) -> None:
     assert shape in REFERENCE_SHAPES
     assert parameter_count(model_config_for_shape(shape)) == parameters
+
+
+def test_a_written_random_checkpoint_loads_as_the_same_model(tmp_path) -> None:
+    from arbi_grpc.models.config import ModelConfig
+    from arbi_grpc.models.loader import load_model
+    from arbi_grpc.models.random_weights import write_random_checkpoint
+    from arbi_grpc.models.reference_shapes import reference_hf_config
+
+    hf_config = {**reference_hf_config("smollm2-135m"), "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+    write_random_checkpoint(hf_config, tmp_path / "model", torch.float32, seed=5)
+    loaded, loaded_config = load_model(tmp_path / "model")
+    assert loaded_config == ModelConfig.from_hf_config(hf_config)
+    expected = random_causal_lm(loaded_config, torch.float32, "cpu", seed=5).state_dict()
+    assert loaded.state_dict().keys() == expected.keys()
+    assert all(torch.equal(tensor, expected[name]) for name, tensor in loaded.state_dict().items())

@@ -1,0 +1,195 @@
+"""Serving benchmark through the real server: `arbi-serve serve` in a subprocess on a model directory of random
+weights of a named shape, driven over gRPC by client processes (`serving_load`), once per KV cache at the same
+KV memory: bf16 (the model dtype) against TKV (a uniform calibration of `--kv-bits`, the default exact window).
+
+Each case boots its own server (prefix cache on, as served), warms it with a few requests, then sends
+`--requests` fresh random prompts of `--prompt-len` tokens for `--output-len` tokens each (ignore_eos), at
+`--concurrency` in flight or arriving at `--rate` per second. Prints output tok/s, TTFT and TPOT p50/p99 per
+case and writes JSON:
+
+    python -m benchmarks.serving --shape llama3-8b --kv-cache-memory-mib 8192 --requests 64 --concurrency 64 \\
+        --prompt-len 2048 --output-len 512
+
+The model directory (config.json, model.safetensors, the default model's tokenizer files, a TKV bundle) is
+written to a temporary directory, or to `--model-dir`, and reused from there when it already holds one (its TKV
+bundle directory): the directory's shape is then the caller's to keep the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from benchmarks.serving_load import LoadStats, drive, make_plan, summarize
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+BUNDLE_DIR = "tkv-bundle"
+BOOT_TIMEOUT_S = 1200.0
+
+
+def write_model_dir(shape: str, directory: Path, kv_bits: str, device: str, tokenizer_dir: Path | None) -> Path:
+    """Random bf16 weights of `shape`, the tokenizer of `tokenizer_dir` (default: the default model's; prompts are
+    token ids, ids it lacks decode to nothing) and a uniform TKV bundle of `kv_bits` for those weights."""
+    import torch
+
+    from arbi_grpc.config import parse_kv_bits
+    from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+    from arbi_grpc.kv_codec.calibration.fingerprint import model_dir_fingerprint
+    from arbi_grpc.kv_codec.spec import TkvSpec
+    from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
+    from arbi_grpc.models.random_weights import write_random_checkpoint
+    from arbi_grpc.models.reference_shapes import model_config_for_shape, reference_hf_config
+
+    write_random_checkpoint(reference_hf_config(shape), directory, torch.bfloat16, seed=0, device=device)
+    tokenizer_dir = tokenizer_dir or resolve_model(DEFAULT_MODEL).directory
+    for name in TOKENIZER_FILES:
+        shutil.copy(tokenizer_dir / name, directory / name)
+    config = model_config_for_shape(shape)
+    TkvCalibration.uniform(model_dir_fingerprint(directory), TkvSpec(*parse_kv_bits(kv_bits)), config.num_layers,
+                           config.num_kv_heads, config.head_dim).save(directory / BUNDLE_DIR)
+    return directory
+
+
+@dataclass(frozen=True)
+class ServerCase:
+    """One server configuration: its name in the table and its extra `serve` flags."""
+
+    name: str
+    flags: tuple[str, ...]
+
+
+def cases(model_dir: Path, kv_bits: str) -> list[ServerCase]:
+    return [ServerCase("bf16", ()),
+            ServerCase(f"TKV K{kv_bits.replace('/', 'V') if '/' in kv_bits else kv_bits + 'V' + kv_bits}",
+                       ("--kv-cache-dtype", "tkv", "--kv-calibration", str(model_dir / BUNDLE_DIR),
+                        "--kv-bits", kv_bits))]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(model_dir: Path, common_flags: list[str], case: ServerCase, log_path: Path
+                 ) -> tuple[subprocess.Popen, str]:
+    """`arbi-serve serve` on a free loopback port, once its health check says SERVING."""
+    port = _free_port()
+    command = [sys.executable, "-m", "arbi_grpc", "serve", "--model", str(model_dir), "--host", "127.0.0.1",
+               "--port", str(port), *common_flags, *case.flags]
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    target = f"127.0.0.1:{port}"
+    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(target))
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                return process, target
+        except grpc.RpcError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise RuntimeError(f"{case.name}: the server did not become ready:\n{log_path.read_text(errors='replace')[-4000:]}")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run_case(model_dir: Path, case: ServerCase, args: argparse.Namespace, vocab_size: int,
+             log_path: Path) -> LoadStats:
+    common = ["--device", args.device, "--kv-cache-memory-mib", str(args.kv_cache_memory_mib),
+              "--max-model-len", str(args.prompt_len + args.output_len), *args.serve_flags.split()]
+    process, target = start_server(model_dir, common, case, log_path)
+    try:
+        warm = make_plan(min(4, args.requests), args.prompt_len, 4, vocab_size)
+        drive(target, warm, 1)
+        plan = make_plan(args.requests, args.prompt_len, args.output_len, vocab_size,
+                         concurrency=args.concurrency, rate_per_s=args.rate, seed=args.seed)
+        timings, start = drive(target, plan, args.client_processes)
+        return summarize(timings, start)
+    finally:
+        stop_server(process)
+
+
+def _machine(device: str) -> str:
+    if device != "cuda":
+        return platform.processor() or "cpu"
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", default="llama3-8b")
+    parser.add_argument("--model-dir", type=Path, help="where the random model is written (default: a temp dir)")
+    parser.add_argument("--tokenizer-dir", type=Path, help="tokenizer files to copy (default: the default model's)")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run of a small shape")
+    parser.add_argument("--kv-cache-memory-mib", type=int, default=8192)
+    parser.add_argument("--kv-bits", default="4", help="TKV bits: 4, or K/V such as 4/2")
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=2048)
+    parser.add_argument("--output-len", type=int, default=512)
+    parser.add_argument("--concurrency", type=int, default=64, help="requests in flight (0: open loop at --rate)")
+    parser.add_argument("--rate", type=float, default=math.inf, help="arrivals per second when --concurrency 0")
+    parser.add_argument("--client-processes", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=None, help="prompt seed (default: fresh each run)")
+    parser.add_argument("--cases", default="bf16,tkv", help="which KV caches to run: bf16, tkv or both")
+    parser.add_argument("--serve-flags", default="", help="extra `serve` flags for every case, one string")
+    parser.add_argument("--out", type=Path, default=Path("build/serving.json"))
+    args = parser.parse_args()
+    from arbi_grpc.models.reference_shapes import model_config_for_shape  # no torch: a config dict
+
+    vocab_size = model_config_for_shape(args.shape).vocab_size
+    with tempfile.TemporaryDirectory(prefix="arbi-serving-") as scratch:
+        model_dir = args.model_dir or Path(scratch) / args.shape
+        if not (model_dir / BUNDLE_DIR).is_dir():
+            started = time.monotonic()
+            write_model_dir(args.shape, model_dir, args.kv_bits, args.device, args.tokenizer_dir)
+            print(f"wrote random {args.shape} weights to {model_dir} in {time.monotonic() - started:.0f}s", flush=True)
+        wanted = {name.strip() for name in args.cases.split(",")}
+        rows = {}
+        for case in cases(model_dir, args.kv_bits):
+            if case.name.split()[0].lower() not in wanted:
+                continue
+            rows[case.name] = run_case(model_dir, case, args, vocab_size, Path(scratch) / f"{case.name}.log")
+            print(case.name, rows[case.name], flush=True)
+    load = (f"concurrency {args.concurrency}" if args.concurrency else f"rate {args.rate}/s")
+    print(f"\n{args.shape}, {args.kv_cache_memory_mib} MiB KV cache, {args.requests} x ({args.prompt_len} + "
+          f"{args.output_len}) tokens, {load}, {args.client_processes} client processes")
+    print(f"{'KV cache':<10} {'out tok/s':>9} {'failed':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} "
+          f"{'TPOT p99':>9}")
+    for name, row in rows.items():
+        print(f"{name:<10} {row.output_tokens_per_s:9.0f} {row.failed:6d} {row.ttft_p50_ms / 1e3:8.2f}s "
+              f"{row.ttft_p99_ms / 1e3:8.2f}s {row.tpot_p50_ms:7.1f}ms {row.tpot_p99_ms:7.1f}ms")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": " ".join(["python -m benchmarks.serving", *sys.argv[1:]]), "date": date.today().isoformat(),
+        "machine": _machine(args.device), "python": platform.python_version(), "shape": args.shape,
+        "rows": {name: asdict(row) for name, row in rows.items()},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
