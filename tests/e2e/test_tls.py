@@ -1,14 +1,17 @@
 """TLS on a real server with a throwaway CA: plaintext clients are refused, clients trusting the CA generate,
 and with client certificates required (mTLS) a client without one is refused; `arbi-serve chat` answers
-over mTLS with `--ca-file` and its client certificate."""
+over mTLS with `--ca-file` and its client certificate, and so does the gateway with its upstream TLS flags."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from arbi_gateway.process import GatewayProcess
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from arbi_client import ArbiClient
@@ -95,3 +98,19 @@ def test_tls_settings_are_checked(tmp_path: Path) -> None:
     missing = ServerConfig(tls_cert_file=str(tmp_path / "none.pem"), tls_key_file=str(tmp_path / "none.key"))
     with pytest.raises(InvalidArgumentError, match="tls_cert_file: cannot read"):
         missing.server_credentials()
+
+
+def test_gateway_reaches_an_mtls_upstream(mtls_server: GrpcServer, certificates: CertificateFiles,
+                                          tmp_path: Path) -> None:
+    body = json.dumps({"model": mtls_server.served.name, "messages": [{"role": "user", "content": QUESTION}],
+                       "max_tokens": 8}).encode()
+    with GatewayProcess.spawn(["--upstream", mtls_server.target, "--http-port", "0", "--upstream-metrics-url", "",
+                               "--upstream-tls-ca-file", str(certificates.ca),
+                               "--upstream-tls-cert-file", str(certificates.client_cert),
+                               "--upstream-tls-key-file", str(certificates.client_key)],
+                              tmp_path / "gateway.log") as gateway:
+        request = urllib.request.Request(gateway.url + "/v1/chat/completions", data=body,
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            reply = json.loads(response.read())
+    assert reply["choices"][0]["message"]["content"].strip()
