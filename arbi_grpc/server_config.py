@@ -66,6 +66,11 @@ class ServerConfig:
             "(empty: no client certificate asked)"
     )
 
+    model_roots: str = setting(
+        "", "directories admin LoadModel and SwitchModel may read model paths from, separated by ':' "
+            "(symlinks out and '..' are refused; empty: the model cache); model names always resolve in the cache"
+    )
+
     audio: bool = setting(
         True, "serve AudioService; its models' host memory is reserved in the boot budget (off: not served, "
               "nothing reserved)"
