@@ -79,6 +79,10 @@ def _build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--wait-s", type=float, default=_CHAT_WAIT_S,
                       help=f"how long to wait for the server to become ready, in seconds (default "
                            f"{_CHAT_WAIT_S:.0f}; 0: do not wait)")
+    chat.add_argument("--ca-file", default="", help="PEM CA that signed the server's TLS certificate (default: "
+                                                    "plaintext)")
+    chat.add_argument("--tls-cert-file", default="", help="PEM client certificate, for a server requiring mTLS")
+    chat.add_argument("--tls-key-file", default="", help="PEM key of --tls-cert-file")
     chat.set_defaults(handler=_chat)
 
     talk_command.add_parser(commands)
@@ -230,17 +234,19 @@ def _repl(target: str, options) -> int:
 def _chat(args: argparse.Namespace) -> int:
     import grpc
 
+    from arbi_client.tls import ChannelTls
     from arbi_grpc.chat_client import ChatOptions, grpc_target, is_serving, stream_chat, wait_until_serving
 
+    tls = ChannelTls(args.ca_file, args.tls_cert_file, args.tls_key_file)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read().strip()
     target = grpc_target(args.url)
-    if args.wait_s > 0 and not is_serving(target):
+    if args.wait_s > 0 and not is_serving(target, tls=tls):
         print(f"waiting up to {args.wait_s:.0f} s for {target} to become ready ...", file=sys.stderr)
-        if not wait_until_serving(target, args.wait_s):
+        if not wait_until_serving(target, args.wait_s, tls=tls):
             print(f"arbi-serve: error: {target} did not become ready within {args.wait_s:.0f} s", file=sys.stderr)
             return 1
     options = ChatOptions(max_output_tokens=args.max_tokens, temperature=args.temperature, model=args.model,
-                          token=args.token)
+                          token=args.token, tls=tls)
     try:
         for piece in stream_chat(target, [{"role": "user", "content": prompt}], options):
             print(piece, end="", flush=True)

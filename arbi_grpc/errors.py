@@ -68,6 +68,12 @@ class UnavailableError(ArbiError):
     code = "UNAVAILABLE"
 
 
+class PermissionDeniedError(ArbiError):
+    """The caller may not do this (a model path outside the configured model roots)."""
+
+    code = "PERMISSION_DENIED"
+
+
 class DrainingError(UnavailableError):
     """The server is draining (a shutdown, or an admin drain) and admits no new work; retry on another replica."""
 

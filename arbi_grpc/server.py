@@ -118,7 +118,9 @@ class GrpcServer:
         enable_reflection((*_SERVICE_NAMES, AUDIO_SERVICE) if self.config.audio else _SERVICE_NAMES, server)
         if self.config.audio and self.config.audio_preload:
             await process_audio_models().loaded()
-        self.port = server.add_insecure_port(self._address)
+        tls = self.config.server_credentials()
+        self.port = (server.add_secure_port(self._address, tls) if tls is not None
+                     else server.add_insecure_port(self._address))
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")
         await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.SERVING)

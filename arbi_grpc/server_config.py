@@ -8,6 +8,9 @@ reach a log line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import grpc
 
 from arbi_grpc.config import MIB, setting
 from arbi_grpc.errors import InvalidArgumentError
@@ -55,6 +58,18 @@ class ServerConfig:
         "", f"file holding the admin token, minted (mode 0600) when missing "
             f"(empty: $ARBI_CACHE_DIR/{ADMIN_TOKEN_FILE_NAME})"
     )
+    tls_cert_file: str = setting("", "PEM certificate (chain) the server presents; with --tls-key-file the server "
+                                     "serves TLS only (empty: plaintext)")
+    tls_key_file: str = setting("", "PEM private key of --tls-cert-file")
+    tls_client_ca_file: str = setting(
+        "", "PEM CA whose client certificates the server requires (mTLS); calls without one are refused "
+            "(empty: no client certificate asked)"
+    )
+
+    model_roots: str = setting(
+        "", "directories admin LoadModel and SwitchModel may read model paths from, separated by ':' "
+            "(symlinks out and '..' are refused; empty: the model cache); model names always resolve in the cache"
+    )
 
     audio: bool = setting(
         True, "serve AudioService; its models' host memory is reserved in the boot budget (off: not served, "
@@ -93,6 +108,12 @@ class ServerConfig:
                 raise InvalidArgumentError(
                     name, "must be at least 16 printable characters without spaces when set"
                 )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise InvalidArgumentError("tls_cert_file", "a TLS certificate and its key go together: set both "
+                                                        "--tls-cert-file and --tls-key-file")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise InvalidArgumentError("tls_client_ca_file", "client certificates are checked over TLS only: set "
+                                                             "--tls-cert-file and --tls-key-file too")
         if self.generate_token and self.generate_token == self.admin_token:
             raise InvalidArgumentError("generate_token", "must differ from admin_token")
 
@@ -111,6 +132,18 @@ class ServerConfig:
     def max_message_bytes(self) -> int:
         return self.max_message_mib * MIB
 
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS credentials from the PEM files (requiring client certificates when a client CA is set), or None
+        for plaintext. A file that cannot be read is an InvalidArgumentError naming its flag."""
+        if not self.tls_cert_file:
+            return None
+        files = {name: getattr(self, name) for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file")}
+        pem = {name: _read_pem(name, path) for name, path in files.items() if path}
+        return grpc.ssl_server_credentials(
+            [(pem["tls_key_file"], pem["tls_cert_file"])], root_certificates=pem.get("tls_client_ca_file"),
+            require_client_auth="tls_client_ca_file" in pem,
+        )
+
     def grpc_options(self) -> list[tuple[str, int]]:
         """The grpc channel arguments that enforce these limits."""
         return [
@@ -124,3 +157,10 @@ class ServerConfig:
             ("grpc.http2.min_recv_ping_interval_without_data_ms", self.min_client_ping_interval_ms),
             ("grpc.http2.max_pings_without_data", 0),
         ]
+
+
+def _read_pem(name: str, path: str) -> bytes:
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as error:
+        raise InvalidArgumentError(name, f"cannot read {path}: {error.strerror}") from None

@@ -53,6 +53,12 @@ command -v curl >/dev/null || {
 }
 # --- end of gateway tests ---
 
+# The TLS tests (tests/e2e/test_tls.py) make a throwaway CA and certificates with the openssl program.
+command -v openssl >/dev/null || {
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+}
+
 # --- Audio tests (tests/e2e/test_audio_*.py, tests/unit/audio/): the espeak-ng program, which speech
 # synthesis runs as a separate process (GPL, never loaded into the server) and the tests use to speak
 # their questions. The Python packages come with the test extra (arbi-serve[audio]). ---

@@ -15,6 +15,7 @@ from arbi_client.arbi.v1 import admin_service_pb2 as pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as pb_grpc
 
 from arbi_grpc import __version__
+from arbi_grpc.auth.model_roots import check_model_spec, model_roots
 from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError
 from arbi_grpc.model_host import FailedPreconditionError, ModelHost
@@ -33,6 +34,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     def __init__(self, host: ModelHost, config: ServerConfig, generate_token_required: bool) -> None:
         self._host = host
         self._config = config
+        self._model_roots = model_roots(config.model_roots)
         self._generate_token_required = generate_token_required
 
     async def GetServerInfo(self, request, context) -> pb.GetServerInfoResponse:
@@ -62,6 +64,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 
     async def LoadModel(self, request, context) -> pb.LoadModelResponse:
         try:
+            check_model_spec(request.model, self._model_roots)
             served = await _model_operation(self._host.load(request.model))
         except ArbiError as error:
             await abort_with(context, error)
@@ -77,6 +80,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def SwitchModel(self, request, context) -> pb.SwitchModelResponse:
         try:
             timeout_s = self._drain_timeout_s(request.drain_timeout_ms)
+            check_model_spec(request.model, self._model_roots)
             served, previous, ended = await _model_operation(self._host.switch(request.model, timeout_s))
         except ArbiError as error:
             await abort_with(context, error)

@@ -40,7 +40,7 @@ def build_app(config: GatewayConfig) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        upstream = Upstream(config.upstream, config.upstream_channel_count)
+        upstream = Upstream(config.upstream, config.upstream_channel_count, config.upstream_tls)
         app.state.gateway = GatewayState(config, upstream, TokenTexts(upstream), metrics, chat_schema,
                                          completion_schema, document, upstream_metrics)
         try:

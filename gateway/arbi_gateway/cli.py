@@ -29,14 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from arbi_gateway.app import build_app
+    from arbi_gateway.draining import DrainGate, DrainingServer
 
     listener = _listen(config.http_host, config.http_port)
     host, port = listener.getsockname()[:2]
     print(f"arbi-gateway listening on http://{host}:{port} (upstream {config.upstream})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(
-        build_app(config), loop="asyncio", log_level=args.log_level, timeout_graceful_shutdown=5,
+    gate = DrainGate(build_app(config))
+    server = DrainingServer(uvicorn.Config(
+        gate, loop="asyncio", log_level=args.log_level, timeout_graceful_shutdown=5,
         access_log=args.log_level == "debug",  # a log line per request costs more than the routing
-    ))
+    ), gate, config.http_drain_timeout_ms / 1000)
     server.run(sockets=[listener])
     return 0
 

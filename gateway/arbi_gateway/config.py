@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from arbi_client.tls import ChannelTls
 from arbi_grpc.config import setting
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.observability.settings import DEFAULT_METRICS_PORT
@@ -25,6 +26,14 @@ class GatewayConfig:
     http_host: str = setting("127.0.0.1", "address the HTTP gateway binds")
     http_port: int = setting(DEFAULT_HTTP_PORT, "HTTP port of the gateway (0 picks a free one)")
     upstream_channel_count: int = setting(4, "gRPC channels to the upstream, used round robin")
+    upstream_tls_ca_file: str = setting(
+        "", "PEM CA that signed the upstream's TLS certificate (empty: plaintext to the upstream)"
+    )
+    upstream_tls_cert_file: str = setting("", "PEM client certificate for an upstream that requires mTLS")
+    upstream_tls_key_file: str = setting("", "PEM key of --upstream-tls-cert-file")
+    http_drain_timeout_ms: int = setting(
+        30_000, "after SIGTERM or SIGINT, how long HTTP requests in flight may finish (new ones get 503), in ms"
+    )
     max_choice_count: int = setting(8, "largest `n` (choices per prompt) a request may ask for")
     max_prompt_count: int = setting(16, "most prompts in one /v1/completions request")
     max_output_tokens_limit: int = setting(
@@ -50,10 +59,20 @@ class GatewayConfig:
         if url not in ("", _AUTO) and not url.startswith(("http://", "https://")):
             raise InvalidArgumentError("upstream_metrics_url",
                                        f"must be '{_AUTO}', empty or an http(s) URL, got {url!r}")
+        if self.http_drain_timeout_ms < 0:
+            raise InvalidArgumentError("http_drain_timeout_ms", f"must be >= 0, got {self.http_drain_timeout_ms}")
+        try:
+            self.upstream_tls
+        except ValueError as error:
+            raise InvalidArgumentError("upstream_tls_cert_file", str(error)) from None
         if self.max_output_tokens_limit < 0:
             raise InvalidArgumentError(
                 "max_output_tokens_limit", f"must be >= 0, got {self.max_output_tokens_limit}"
             )
+
+    @property
+    def upstream_tls(self) -> ChannelTls:
+        return ChannelTls(self.upstream_tls_ca_file, self.upstream_tls_cert_file, self.upstream_tls_key_file)
 
     @property
     def upstream_metrics_endpoint(self) -> str:

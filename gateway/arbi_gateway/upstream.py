@@ -14,6 +14,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from arbi_client.tls import PLAINTEXT, ChannelTls, open_aio_channel
+
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _FORWARDED_HEADERS = ("authorization",)
 
@@ -37,8 +39,8 @@ class RpcKind(Enum):
 class _Connection:
     """One channel and the multicallables made on it."""
 
-    def __init__(self, target: str) -> None:
-        self.channel = grpc.aio.insecure_channel(target, options=[
+    def __init__(self, target: str, tls: ChannelTls) -> None:
+        self.channel = open_aio_channel(target, tls, [
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
         ])
@@ -49,9 +51,9 @@ class _Connection:
 class Upstream:
     """`channel_count` channels to `target`; open it inside the event loop that will use it."""
 
-    def __init__(self, target: str, channel_count: int) -> None:
+    def __init__(self, target: str, channel_count: int, tls: ChannelTls = PLAINTEXT) -> None:
         self.target = target
-        self._connections = [_Connection(target) for _ in range(channel_count)]
+        self._connections = [_Connection(target, tls) for _ in range(channel_count)]
         self._turn = itertools.cycle(range(channel_count))
 
     def method(self, path: str, kind: RpcKind, serializer: Callable[[Any], bytes],

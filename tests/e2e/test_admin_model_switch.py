@@ -34,13 +34,16 @@ def smollm2_copy(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="module")
-def switch_server(smollm2_dir: Path) -> Iterator:
+def switch_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from arbi_grpc.config import EngineConfig
     from arbi_grpc.served_model import build_served_model
     from arbi_grpc.server import GrpcServer
+    from arbi_grpc.server_config import ServerConfig
 
     config = EngineConfig(model=str(smollm2_dir), kv_cache_memory_mib=64, max_waiting_requests=16)
-    server = GrpcServer(build_served_model(config)).start()
+    # The test's model copies live in pytest's temporary directories: the model roots admit them.
+    roots = ServerConfig(model_roots=str(tmp_path_factory.getbasetemp()))
+    server = GrpcServer(build_served_model(config), config=roots).start()
     yield server
     server.stop()
 

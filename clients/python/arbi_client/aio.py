@@ -16,14 +16,15 @@ from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_client.channel_options import CHANNEL_OPTIONS
 from arbi_client.requests import Messages, bearer, chat_input, chat_request
+from arbi_client.tls import PLAINTEXT, ChannelTls, open_aio_channel
 
 
 class AsyncArbiClient:
     """A grpc.aio channel to one server; use as an async context manager or await `close()`."""
 
     def __init__(self, target: str, *, token: str | None = None, admin_token: str | None = None,
-                 channel: grpc.aio.Channel | None = None) -> None:
-        self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+                 channel: grpc.aio.Channel | None = None, tls: ChannelTls = PLAINTEXT) -> None:
+        self._channel = channel or open_aio_channel(target, tls, CHANNEL_OPTIONS)
         self._generate = pb_grpc.GenerateServiceStub(self._channel)
         self._admin = admin_grpc.AdminServiceStub(self._channel)
         self._audio = audio_grpc.AudioServiceStub(self._channel)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from arbi_client.tls import PLAINTEXT, ChannelTls, open_channel
+
 
 def grpc_target(url: str) -> str:
     """`grpc://host:port`, `http://host:port` or `host:port` -> `host:port`."""
@@ -20,9 +22,9 @@ def grpc_target(url: str) -> str:
     return url.rstrip("/")
 
 
-def is_serving(target: str, timeout_s: float = 1.0) -> bool:
+def is_serving(target: str, timeout_s: float = 1.0, tls: ChannelTls = PLAINTEXT) -> bool:
     """True when the server at `target` reports SERVING: it has a model and admits requests."""
-    with grpc.insecure_channel(target) as channel:
+    with open_channel(target, tls) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
@@ -32,11 +34,12 @@ def is_serving(target: str, timeout_s: float = 1.0) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def wait_until_serving(target: str, timeout_s: float, is_alive: Callable[[], bool] = lambda: True) -> bool:
+def wait_until_serving(target: str, timeout_s: float, is_alive: Callable[[], bool] = lambda: True,
+                       tls: ChannelTls = PLAINTEXT) -> bool:
     """Polls readiness until it is SERVING (True), `timeout_s` passes or `is_alive()` turns False."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and is_alive():
-        if is_serving(target):
+        if is_serving(target, tls=tls):
             return True
         time.sleep(0.5)
     return False
