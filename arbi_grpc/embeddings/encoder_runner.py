@@ -16,7 +16,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
 
 from arbi_grpc.embeddings.embedding_model import EmbeddingModel
 from arbi_grpc.errors import UnavailableError
@@ -91,8 +90,3 @@ class EncoderRunner:
         for job in jobs:
             job.result.set_result(vectors[offset:offset + len(job.token_lists)])
             offset += len(job.token_lists)
-
-
-def run_all(runner: EncoderRunner, token_lists: list[list[int]]) -> Tensor:
-    """Blocking helper: the vectors of `token_lists` (benchmarks, offline use)."""
-    return runner.submit(token_lists).result()
