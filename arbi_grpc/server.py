@@ -135,7 +135,7 @@ class GrpcServer:
         )
         embedding_service_pb2_grpc.add_EmbeddingServiceServicer_to_server(EmbeddingServicer(self.embeddings), server)
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(self.host, self.config, bool(self.credentials.generate_token)), server
+            AdminServicer(self.host, self.config, bool(self.credentials.generate_token), self.embeddings), server
         )
         if self.config.audio:
             audio_service_pb2_grpc.add_AudioServiceServicer_to_server(

