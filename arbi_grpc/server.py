@@ -25,6 +25,7 @@ from arbi_grpc.audio.models import process_audio_models
 from arbi_grpc.auth.credentials import Credentials, load_credentials
 from arbi_grpc.auth.interceptor import AuthInterceptor
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.embeddings.metrics import register_embedding_metrics
 from arbi_grpc.embeddings.resident import ResidentEmbeddingModels
 from arbi_grpc.model_host import ModelHost, ModelLoader
 from arbi_grpc.models.model_cache import default_cache_root
@@ -75,6 +76,7 @@ class GrpcServer:
         served = model if isinstance(model, ServedModel) else None
         self.host = ModelHost(engine_config, loader, served, self._publish_readiness)
         self.embeddings = ResidentEmbeddingModels(engine_config.device)
+        register_embedding_metrics(self.metrics.registry, self.embeddings)
         self._embedding_loads: list[asyncio.Task] = []
         self._address = address
         self._loop = asyncio.new_event_loop()

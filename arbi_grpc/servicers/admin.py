@@ -99,7 +99,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         served = self._host.served
         if served is None:
             await abort_with(context, FailedPreconditionError("no model is resident"))
-        return pb.GetMemoryReportResponse(**convert.memory_report_fields(served, served.engine.stats()))
+        return pb.GetMemoryReportResponse(
+            **convert.memory_report_fields(served, served.engine.stats()),
+            embedding_models=[pb.EmbeddingModelMemory(name=m.name, weight_bytes=m.weight_bytes)
+                              for m in self._embeddings.models()],
+        )
 
     async def FlushPrefixCache(self, request, context) -> pb.FlushPrefixCacheResponse:
         served = self._host.served

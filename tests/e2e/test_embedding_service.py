@@ -181,3 +181,23 @@ def test_admin_unloads_and_loads_an_embedding_model_by_name(server: GrpcServer, 
         assert (loaded.name, loaded.architecture) == (MINILM_NAME, "BertModel")
     vector = _vectors(embedder.Embed(pb.EmbedRequest(model=MINILM_NAME, inputs=_texts("back again"))))
     assert cosines(vector, reference_embeddings(["back again"])).min() > 1 - 1e-4
+
+
+def test_memory_report_and_metrics_cover_the_embedding_model(server: GrpcServer) -> None:
+    from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
+    from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
+
+    model = server.embeddings.models()[0]
+    expected = sum(t.numel() * t.element_size() for t in model.encoder.weights.values())
+    assert 80 * 2**20 < expected < 100 * 2**20  # 22.7 M fp32 parameters
+    metadata = (("authorization", f"Bearer {server.credentials.admin_token}"),)
+    with grpc.insecure_channel(server.target) as channel:
+        report = admin_grpc.AdminServiceStub(channel).GetMemoryReport(admin_pb.GetMemoryReportRequest(),
+                                                                      metadata=metadata)
+    assert [(m.name, m.weight_bytes) for m in report.embedding_models] == [(MINILM_NAME, expected)]
+    assert report.weight_bytes > 0  # the generate model's own figure is unchanged
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(server.metrics.exposition().decode())}
+    samples = families["arbi_embedding_model_weight_bytes"].samples
+    assert [(s.labels, s.value) for s in samples] == [({"model": MINILM_NAME}, expected)]
