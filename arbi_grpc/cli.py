@@ -140,7 +140,8 @@ def _serve_with_logs(args: argparse.Namespace, observability: ObservabilityConfi
         log.info("admin token: %s", server.credentials.admin_token_path)
     try:
         server.load_model(engine_config.model)
-        log.info("ready: serving %s", server.served.name)
+        server.wait_for_embedding_models()
+        log.info("ready: serving %s", ", ".join([server.served.name, *server.embeddings.names]))
         fault = signals.wait_for_stop(lambda: _engine_fault(server))
     except BaseException:
         server.stop()

@@ -1,4 +1,4 @@
-"""The gRPC server: GenerateService and AdminService behind the auth interceptor, plus the standard health
+"""The gRPC server: GenerateService, AdminService and EmbeddingService behind the auth interceptor, plus the standard health
 service and reflection (v1 and v1alpha), with the transport limits of a ServerConfig.
 
 `GrpcServer` runs a grpc.aio server on its own event loop thread, so the CLI, tests and benchmarks start
@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc, audio_service_pb2, audio_service_pb2_grpc
+from arbi_client.arbi.v1 import embedding_service_pb2, embedding_service_pb2_grpc
 from arbi_client.arbi.v1 import generate_service_pb2, generate_service_pb2_grpc
 from arbi_grpc.audio.memory import estimated_audio_component
 from arbi_grpc.audio.metrics import AudioMetrics
@@ -24,6 +25,8 @@ from arbi_grpc.audio.models import process_audio_models
 from arbi_grpc.auth.credentials import Credentials, load_credentials
 from arbi_grpc.auth.interceptor import AuthInterceptor
 from arbi_grpc.config import EngineConfig
+from arbi_grpc.embeddings.metrics import register_embedding_metrics
+from arbi_grpc.embeddings.resident import ResidentEmbeddingModels
 from arbi_grpc.model_host import ModelHost, ModelLoader
 from arbi_grpc.models.model_cache import default_cache_root
 from arbi_grpc.observability.exporter import MetricsExporter
@@ -35,12 +38,14 @@ from arbi_grpc.served_model import ServedModel, build_served_model
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers.admin import AdminServicer
 from arbi_grpc.servicers.audio import AudioServicer
+from arbi_grpc.servicers.embedding import EmbeddingServicer
 from arbi_grpc.servicers.generate import GenerateServicer
 
 GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
 ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 AUDIO_SERVICE = audio_service_pb2.DESCRIPTOR.services_by_name["AudioService"].full_name
-_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME)
+EMBEDDING_SERVICE = embedding_service_pb2.DESCRIPTOR.services_by_name["EmbeddingService"].full_name
+_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, EMBEDDING_SERVICE, health.SERVICE_NAME)
 
 
 class GrpcServer:
@@ -70,6 +75,9 @@ class GrpcServer:
                 loader = functools.partial(build_served_model, host_components=(audio_memory,))
         served = model if isinstance(model, ServedModel) else None
         self.host = ModelHost(engine_config, loader, served, self._publish_readiness)
+        self.embeddings = ResidentEmbeddingModels(engine_config.device)
+        register_embedding_metrics(self.metrics.registry, self.embeddings)
+        self._embedding_loads: list[asyncio.Task] = []
         self._address = address
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="arbi-grpc", daemon=True)
@@ -95,19 +103,41 @@ class GrpcServer:
         """Loads the first model (blocking); readiness turns SERVING when it is resident."""
         return asyncio.run_coroutine_threadsafe(self.host.load(spec), self._loop).result()
 
+    def wait_for_embedding_models(self) -> None:
+        """Blocks until the configured embedding models are resident; raises the first load's error."""
+        async def all_loaded() -> None:
+            await asyncio.gather(*self._embedding_loads)
+
+        asyncio.run_coroutine_threadsafe(all_loaded(), self._loop).result()
+
+    async def _load_embedding_models(self) -> None:
+        """Starts loading the configured embedding models; EmbeddingService turns SERVING when all are in."""
+        loads = [asyncio.ensure_future(self.embeddings.load(spec)) for spec in self.config.embedding_model_specs]
+        self._embedding_loads = loads
+
+        async def publish() -> None:
+            await asyncio.gather(*loads, return_exceptions=True)
+            ready = bool(self.embeddings.names) and all(not t.exception() for t in loads)
+            serving = health_pb2.HealthCheckResponse
+            await self._health.set(EMBEDDING_SERVICE, serving.SERVING if ready else serving.NOT_SERVING)
+
+        await self._health.set(EMBEDDING_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        asyncio.ensure_future(publish())
+
     async def _start(self) -> None:
         server = grpc.aio.server(
             interceptors=[  # the metrics interceptor first, so it also counts what auth rejects
                 RpcMetricsInterceptor(self.metrics.rpc_requests),
-                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE, AUDIO_SERVICE),
+                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE, AUDIO_SERVICE, EMBEDDING_SERVICE),
             ],
             options=self.config.grpc_options(),
         )
         generate_service_pb2_grpc.add_GenerateServiceServicer_to_server(
-            GenerateServicer(self.host, self.config.max_session_generations), server
+            GenerateServicer(self.host, self.config.max_session_generations, self.embeddings), server
         )
+        embedding_service_pb2_grpc.add_EmbeddingServiceServicer_to_server(EmbeddingServicer(self.embeddings), server)
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(self.host, self.config, bool(self.credentials.generate_token)), server
+            AdminServicer(self.host, self.config, bool(self.credentials.generate_token), self.embeddings), server
         )
         if self.config.audio:
             audio_service_pb2_grpc.add_AudioServiceServicer_to_server(
@@ -124,6 +154,7 @@ class GrpcServer:
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")
         await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        await self._load_embedding_models()
         if self.host.served is not None:
             self.host.watch_engine(self.host.served.engine)
         await self._publish_readiness(self.host.readiness()[0])
@@ -165,5 +196,6 @@ class GrpcServer:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop).result()
             self._server = None
         asyncio.run_coroutine_threadsafe(self.host.shutdown(), self._loop).result()
+        asyncio.run_coroutine_threadsafe(self.embeddings.shutdown(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()

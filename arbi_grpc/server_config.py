@@ -79,6 +79,11 @@ class ServerConfig:
         False, "load the audio models (VAD, recognizer, voice) at boot instead of on the first AudioService call"
     )
 
+    embedding_models: str = setting(
+        "", "comma-separated embedding models served by EmbeddingService beside the generate model: "
+            "all-MiniLM-L6-v2 or BertModel directories (empty: none)"
+    )
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise InvalidArgumentError("port", f"must be in [0, 65535], got {self.port}")
@@ -122,6 +127,10 @@ class ServerConfig:
         if self.max_concurrent_streams:
             return self
         return replace(self, max_concurrent_streams=max_running_requests + max_waiting_requests + STREAM_HEADROOM)
+
+    @property
+    def embedding_model_specs(self) -> tuple[str, ...]:
+        return tuple(spec.strip() for spec in self.embedding_models.split(",") if spec.strip())
 
     @property
     def address(self) -> str:

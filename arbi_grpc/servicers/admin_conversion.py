@@ -12,6 +12,8 @@ from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
 from arbi_grpc.memory.measure import tensor_bytes
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
+from arbi_grpc.embeddings.embedding_model import EmbeddingModel
+from arbi_grpc.models.bert import BERT_ARCHITECTURE
 from arbi_grpc.served_model import ServedModel
 from arbi_grpc.server_config import ServerConfig
 
@@ -23,6 +25,16 @@ def model_info(served: ServedModel) -> admin_pb.ModelInfo:
         parameter_count=served.parameter_count,
         vocabulary_size=served.model_config.vocab_size,
         max_context_tokens=served.max_model_len,
+    )
+
+
+def embedding_model_info(model: EmbeddingModel) -> admin_pb.ModelInfo:
+    return admin_pb.ModelInfo(
+        name=model.name,
+        architecture=BERT_ARCHITECTURE,
+        parameter_count=sum(t.numel() for t in model.encoder.weights.values()),
+        vocabulary_size=model.vocab_size,
+        max_context_tokens=model.max_tokens,
     )
 
 

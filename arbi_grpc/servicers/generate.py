@@ -1,6 +1,7 @@
 """GenerateService: admits and validates requests, hands them to the resident model's engine, and streams
 outputs back; Session multiplexes many generations (`session.py`); the tokenizer RPCs answer from the
-resident model's tokenizer (`tokenization.py`); ListServedModels names the resident model.
+resident model's tokenizer (`tokenization.py`); ListServedModels names the resident
+model and the resident embedding models.
 
 The engine thread delivers outputs into a bounded `OutputBuffer` read on this RPC's event loop. When the
 client cancels or its deadline passes, the handler is cancelled and tells the engine to stop the request,
@@ -18,13 +19,14 @@ import grpc
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
+from arbi_grpc.embeddings.resident import ResidentEmbeddingModels
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sequence import OutputSink
 from arbi_grpc.errors import ArbiError
 from arbi_grpc.model_host import ModelHost
 from arbi_grpc.servicers import tokenization
-from arbi_grpc.servicers.admin_conversion import model_info
+from arbi_grpc.servicers.admin_conversion import embedding_model_info, model_info
 from arbi_grpc.servicers.generate_conversion import (
     prompt_from_proto,
     response_from_output,
@@ -38,8 +40,10 @@ from arbi_grpc.servicers.status import abort_with
 
 
 class GenerateServicer(pb_grpc.GenerateServiceServicer):
-    def __init__(self, host: ModelHost, max_session_generations: int) -> None:
+    def __init__(self, host: ModelHost, max_session_generations: int,
+                 embeddings: ResidentEmbeddingModels | None = None) -> None:
         self._host = host
+        self._embeddings = embeddings
         self._max_session_generations = max_session_generations
 
     def start(self, request: pb.GenerateRequest, sink: OutputSink) -> tuple[Engine, GenerationRequest]:
@@ -108,7 +112,9 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
         self, request: pb.ListServedModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListServedModelsResponse:
         served = self._host.served
-        return pb.ListServedModelsResponse(models=[model_info(served)] if served is not None else [])
+        models = [model_info(served)] if served is not None else []
+        embedding_models = self._embeddings.models() if self._embeddings is not None else []
+        return pb.ListServedModelsResponse(models=models + [embedding_model_info(m) for m in embedding_models])
 
     async def _with_resident_tokenizer(self, handler, request, context: grpc.aio.ServicerContext):
         """Runs a tokenizer RPC against the model `request.model` names; engine errors become statuses."""

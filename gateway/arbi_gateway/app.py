@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from arbi_gateway import audio_routes, openai_routes, service_routes
+from arbi_gateway import audio_routes, embedding_routes, openai_routes, service_routes
 from arbi_gateway.config import GatewayConfig
 from arbi_gateway.errors import ApiError
 from arbi_gateway.gateway_state import GatewayState
@@ -53,6 +53,7 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/completions", openai_routes.completions, methods=["POST"]),
         Route("/v1/audio/transcriptions", audio_routes.transcriptions, methods=["POST"]),
         Route("/v1/audio/speech", audio_routes.speech, methods=["POST"]),
+        *embedding_routes.ROUTES,
         Route("/v1/models", service_routes.list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", service_routes.retrieve_model, methods=["GET"]),
         Route("/health", service_routes.health, methods=["GET"]),

@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from arbi_gateway import embedding_routes
 from arbi_gateway.http_rules import HttpBinding
 from arbi_gateway.json_schema import Schema
 
@@ -60,6 +61,9 @@ def openapi_document(version: str, chat_schema: Schema, completion_schema: Schem
         "/metrics": {"get": {"operationId": "getGatewayMetrics", "responses": {"200": {
             "description": "Prometheus text exposition.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
     }
+    for path, (operation_id, schema_name, schema, description) in embedding_routes.OPENAPI_OPERATIONS.items():
+        components[schema_name] = schema
+        paths[path] = {"post": _json_operation(operation_id, schema_name, description)}
     for binding in bindings:
         paths.setdefault(binding.path, {})[binding.http_method.lower()] = _proto_operation(binding, components)
     return {"openapi": "3.1.0", "info": {"title": "arbi-serve gateway", "version": version},
@@ -90,6 +94,15 @@ def _openai_operation(operation_id: str, request_schema: str, description: str) 
         "responses": {"200": {"description": description, "content": {
             "application/json": {"schema": {"type": "object"}},
             "text/event-stream": {"schema": {"type": "string"}}}}, **_errors("Error")},
+    }
+
+
+def _json_operation(operation_id: str, request_schema: str, description: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{request_schema}"}}}},
+        "responses": {"200": _json_response(description), **_errors("Error")},
     }
 
 

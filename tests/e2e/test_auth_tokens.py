@@ -135,3 +135,18 @@ def test_audio_calls_need_the_generate_or_admin_token(guarded_server) -> None:
         assert _code_of(transcribe, ()) == (grpc.StatusCode.UNAUTHENTICATED, "MISSING_CREDENTIAL")
         # With a valid token the call reaches its handler, which refuses the empty audio.
         assert _code_of(transcribe, _metadata(GENERATE_TOKEN))[0] == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_embedding_calls_need_the_generate_token(guarded_server) -> None:
+    from arbi_client.arbi.v1 import embedding_service_pb2 as embedding_pb
+    from arbi_client.arbi.v1 import embedding_service_pb2_grpc as embedding_grpc
+
+    with grpc.insecure_channel(guarded_server.target) as channel:
+        stub = embedding_grpc.EmbeddingServiceStub(channel)
+
+        def embed(metadata):
+            return stub.Embed(embedding_pb.EmbedRequest(), metadata=metadata, timeout=30)
+
+        assert _code_of(embed, ()) == (grpc.StatusCode.UNAUTHENTICATED, "MISSING_CREDENTIAL")
+        # With a valid token the call reaches its handler: this server serves no embedding model.
+        assert _code_of(embed, _metadata(GENERATE_TOKEN))[0] == grpc.StatusCode.NOT_FOUND
