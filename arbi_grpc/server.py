@@ -1,4 +1,4 @@
-"""The gRPC server: GenerateService and AdminService behind the auth interceptor, plus the standard health
+"""The gRPC server: GenerateService, AdminService, FileService and BatchService behind the auth interceptor, plus the standard health
 service and reflection (v1 and v1alpha), with the transport limits of a ServerConfig.
 
 `GrpcServer` runs a grpc.aio server on its own event loop thread, so the CLI, tests and benchmarks start
@@ -17,12 +17,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc, audio_service_pb2, audio_service_pb2_grpc
-from arbi_client.arbi.v1 import generate_service_pb2, generate_service_pb2_grpc
+from arbi_client.arbi.v1 import batch_service_pb2, file_service_pb2, generate_service_pb2, generate_service_pb2_grpc
 from arbi_grpc.audio.memory import estimated_audio_component
 from arbi_grpc.audio.metrics import AudioMetrics
 from arbi_grpc.audio.models import process_audio_models
 from arbi_grpc.auth.credentials import Credentials, load_credentials
 from arbi_grpc.auth.interceptor import AuthInterceptor
+from arbi_grpc.batches.data_services import DataServices
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.model_host import ModelHost, ModelLoader
 from arbi_grpc.models.model_cache import default_cache_root
@@ -40,7 +41,9 @@ from arbi_grpc.servicers.generate import GenerateServicer
 GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
 ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 AUDIO_SERVICE = audio_service_pb2.DESCRIPTOR.services_by_name["AudioService"].full_name
-_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME)
+FILE_SERVICE = file_service_pb2.DESCRIPTOR.services_by_name["FileService"].full_name
+BATCH_SERVICE = batch_service_pb2.DESCRIPTOR.services_by_name["BatchService"].full_name
+_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, FILE_SERVICE, BATCH_SERVICE, health.SERVICE_NAME)
 
 
 class GrpcServer:
@@ -74,6 +77,7 @@ class GrpcServer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="arbi-grpc", daemon=True)
         self._server: grpc.aio.Server | None = None
+        self.data = DataServices(self.config)  # FileService and BatchService under config.data_dir
         self.port = 0
 
     @property
@@ -99,7 +103,8 @@ class GrpcServer:
         server = grpc.aio.server(
             interceptors=[  # the metrics interceptor first, so it also counts what auth rejects
                 RpcMetricsInterceptor(self.metrics.rpc_requests),
-                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE, AUDIO_SERVICE),
+                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE, AUDIO_SERVICE, FILE_SERVICE,
+                                BATCH_SERVICE),
             ],
             options=self.config.grpc_options(),
         )
@@ -121,6 +126,7 @@ class GrpcServer:
         self.port = server.add_insecure_port(self._address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")
+        self.data.register(server, self.target, self.credentials.generate_token)
         await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if self.host.served is not None:
             self.host.watch_engine(self.host.served.engine)
@@ -131,6 +137,7 @@ class GrpcServer:
             )
         await server.start()
         self._server = server
+        self.data.resume()
 
     async def _publish_readiness(self, ready: bool) -> None:
         serving = health_pb2.HealthCheckResponse
@@ -149,6 +156,7 @@ class GrpcServer:
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop).result()
             self._server = None
+        asyncio.run_coroutine_threadsafe(self.data.close(), self._loop).result()
         asyncio.run_coroutine_threadsafe(self.host.shutdown(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
