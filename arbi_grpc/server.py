@@ -126,10 +126,10 @@ class GrpcServer:
         self.port = server.add_insecure_port(self._address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {self._address}")
-        self.data.register(server, self.target, self.credentials.generate_token)
         await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if self.host.served is not None:
             self.host.watch_engine(self.host.served.engine)
+        self.data.register(server, self.target, self.credentials.generate_token)
         await self._publish_readiness(self.host.readiness()[0])
         if self.observability.metrics_port:
             self.metrics_exporter = MetricsExporter(
@@ -144,6 +144,7 @@ class GrpcServer:
         status = serving.SERVING if ready else serving.NOT_SERVING
         for name in ("", GENERATE_SERVICE):
             await self._health.set(name, status)
+        self.data.set_serving(ready)
 
     def wait(self) -> None:
         """Blocks until the server stops."""

@@ -1,5 +1,5 @@
 """Runs batches: validates a create, answers the input lines not yet recorded (at most `max_in_flight`
-lines of all batches at once, at batch priority), honours cancel and expiry, and finalizes: assembles the
+lines of all batches at once, at batch priority, while a model is serving), honours cancel and expiry, and finalizes: assembles the
 output and error files from the recorded lines.
 
 Durability: a line counts as answered only once `BatchStore.record_line` committed it; at restart every
@@ -29,6 +29,7 @@ class BatchRunner:
         self._slots = asyncio.Semaphore(max_in_flight)
         self._tasks: dict[str, asyncio.Task] = {}
         self._cancelled: set[str] = set()
+        self.serving = asyncio.Event()  # set while a model can admit requests; lines wait for it
 
     def create(self, input_file_id: str, endpoint: str, completion_window: str,
                metadata: dict[str, str]) -> BatchRecord:
@@ -102,6 +103,7 @@ class BatchRunner:
                 seen_ids.setdefault(custom_id, index)
             if index in done:
                 continue
+            await self.serving.wait()
             await self._slots.acquire()
             if record.id in self._cancelled or time.time() > record.expires_at:
                 self._slots.release()

@@ -48,6 +48,11 @@ class DataServices:
             FileServicer(self.files, self._config.max_file_mib * MIB), server)
         batch_service_pb2_grpc.add_BatchServiceServicer_to_server(BatchServicer(self.batches, self.runner), server)
 
+    def set_serving(self, serving: bool) -> None:
+        """Lets batch lines start (a model can admit them) or holds them back (none resident, a drain)."""
+        if self.runner is not None:
+            (self.runner.serving.set if serving else self.runner.serving.clear)()
+
     def resume(self) -> None:
         """Starts the batches a previous process left unfinished (call on the server's loop)."""
         self.runner.resume()

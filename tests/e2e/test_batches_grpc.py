@@ -81,7 +81,7 @@ def test_batch_answers_every_line_once_like_direct_requests(server, channel):
 
 def test_batch_list_pages_and_cancel(channel):
     stub = batch_grpc.BatchServiceStub(channel)
-    input_file = upload(channel, jsonl([chat_line(MODEL, f"c-{index}", "Tell a long story.", 64) for index in range(20)]))
+    input_file = upload(channel, jsonl([chat_line(MODEL, f"c-{index}", "Tell a long story.", 24) for index in range(20)]))
     created = [stub.CreateBatch(batch_pb.CreateBatchRequest(input_file_id=input_file.id, endpoint="/v1/chat/completions",
                                                             completion_window="24h"), timeout=30).batch
                for _ in range(2)]
