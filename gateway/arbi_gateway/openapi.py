@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from arbi_gateway.batch_openapi import files_and_batches_paths
 from arbi_gateway.http_rules import HttpBinding
 from arbi_gateway.json_schema import Schema
 
@@ -59,6 +60,7 @@ def openapi_document(version: str, chat_schema: Schema, completion_schema: Schem
                                                 "503": _json_response("Not ready.")}}},
         "/metrics": {"get": {"operationId": "getGatewayMetrics", "responses": {"200": {
             "description": "Prometheus text exposition.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        **files_and_batches_paths(),
     }
     for binding in bindings:
         paths.setdefault(binding.path, {})[binding.http_method.lower()] = _proto_operation(binding, components)
