@@ -69,7 +69,7 @@ class ServerConfig:
     )
     max_file_mib: int = setting(512, "largest file FileService accepts, in MiB (larger: RESOURCE_EXHAUSTED)")
     max_batch_lines_in_flight: int = setting(
-        4, "batch lines of all batches running at once; they run at batch priority behind interactive requests"
+        2, "batch lines of all batches running at once; they run at batch priority behind interactive requests"
     )
 
     def __post_init__(self) -> None:

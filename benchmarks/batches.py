@@ -47,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lines", type=int, default=60)
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument("--in-flight", type=int, default=2)
     parser.add_argument("--probes", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("bench-results/batches.json"))
     args = parser.parse_args()
