@@ -1,5 +1,6 @@
-"""The gRPC server: GenerateService, AdminService and EmbeddingService behind the auth interceptor, plus the standard health
-service and reflection (v1 and v1alpha), with the transport limits of a ServerConfig.
+"""The gRPC server: GenerateService, AdminService, AudioService, EmbeddingService, FileService and BatchService
+behind the auth interceptor, plus the standard health service and reflection (v1 and v1alpha), with the
+transport limits of a ServerConfig.
 
 `GrpcServer` runs a grpc.aio server on its own event loop thread, so the CLI, tests and benchmarks start
 and stop it the same way. Health follows readiness: NOT_SERVING (overall and for GenerateService) while no
@@ -17,13 +18,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from arbi_client.arbi.v1 import admin_service_pb2, admin_service_pb2_grpc, audio_service_pb2, audio_service_pb2_grpc
-from arbi_client.arbi.v1 import embedding_service_pb2, embedding_service_pb2_grpc
+from arbi_client.arbi.v1 import batch_service_pb2, embedding_service_pb2, embedding_service_pb2_grpc, file_service_pb2
 from arbi_client.arbi.v1 import generate_service_pb2, generate_service_pb2_grpc
 from arbi_grpc.audio.memory import estimated_audio_component
 from arbi_grpc.audio.metrics import AudioMetrics
 from arbi_grpc.audio.models import process_audio_models
 from arbi_grpc.auth.credentials import Credentials, load_credentials
 from arbi_grpc.auth.interceptor import AuthInterceptor
+from arbi_grpc.batches.data_services import DataServices
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.embeddings.metrics import register_embedding_metrics
 from arbi_grpc.embeddings.resident import ResidentEmbeddingModels
@@ -45,7 +47,9 @@ GENERATE_SERVICE = generate_service_pb2.DESCRIPTOR.services_by_name["GenerateSer
 ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 AUDIO_SERVICE = audio_service_pb2.DESCRIPTOR.services_by_name["AudioService"].full_name
 EMBEDDING_SERVICE = embedding_service_pb2.DESCRIPTOR.services_by_name["EmbeddingService"].full_name
-_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, EMBEDDING_SERVICE, health.SERVICE_NAME)
+FILE_SERVICE = file_service_pb2.DESCRIPTOR.services_by_name["FileService"].full_name
+BATCH_SERVICE = batch_service_pb2.DESCRIPTOR.services_by_name["BatchService"].full_name
+_SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, EMBEDDING_SERVICE, FILE_SERVICE, BATCH_SERVICE, health.SERVICE_NAME)
 
 
 class GrpcServer:
@@ -82,6 +86,7 @@ class GrpcServer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="arbi-grpc", daemon=True)
         self._server: grpc.aio.Server | None = None
+        self.data = DataServices(self.config)  # FileService and BatchService under config.data_dir
         self.port = 0
 
     @property
@@ -128,7 +133,8 @@ class GrpcServer:
         server = grpc.aio.server(
             interceptors=[  # the metrics interceptor first, so it also counts what auth rejects
                 RpcMetricsInterceptor(self.metrics.rpc_requests),
-                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE, AUDIO_SERVICE, EMBEDDING_SERVICE),
+                AuthInterceptor(self.credentials, ADMIN_SERVICE, GENERATE_SERVICE, AUDIO_SERVICE, EMBEDDING_SERVICE,
+                                FILE_SERVICE, BATCH_SERVICE),
             ],
             options=self.config.grpc_options(),
         )
@@ -157,6 +163,7 @@ class GrpcServer:
         await self._load_embedding_models()
         if self.host.served is not None:
             self.host.watch_engine(self.host.served.engine)
+        self.data.register(server, self.target, self.credentials.generate_token)
         await self._publish_readiness(self.host.readiness()[0])
         if self.observability.metrics_port:
             self.metrics_exporter = MetricsExporter(
@@ -164,12 +171,14 @@ class GrpcServer:
             )
         await server.start()
         self._server = server
+        self.data.resume()
 
     async def _publish_readiness(self, ready: bool) -> None:
         serving = health_pb2.HealthCheckResponse
         status = serving.SERVING if ready else serving.NOT_SERVING
         for name in ("", GENERATE_SERVICE):
             await self._health.set(name, status)
+        self.data.set_serving(ready)
 
     def wait(self) -> None:
         """Blocks until the server stops."""
@@ -195,6 +204,7 @@ class GrpcServer:
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop).result()
             self._server = None
+        asyncio.run_coroutine_threadsafe(self.data.close(), self._loop).result()
         asyncio.run_coroutine_threadsafe(self.host.shutdown(), self._loop).result()
         asyncio.run_coroutine_threadsafe(self.embeddings.shutdown(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -83,6 +83,14 @@ class ServerConfig:
         "", "comma-separated embedding models served by EmbeddingService beside the generate model: "
             "all-MiniLM-L6-v2 or BertModel directories (empty: none)"
     )
+    data_dir: str = setting(
+        "", "directory of FileService's files and BatchService's batches (SQLite metadata, content on disk); "
+            "they survive restarts and unfinished batches resume (empty: $ARBI_CACHE_DIR/data)"
+    )
+    max_file_mib: int = setting(512, "largest file FileService accepts, in MiB (larger: RESOURCE_EXHAUSTED)")
+    max_batch_lines_in_flight: int = setting(
+        2, "batch lines of all batches running at once; they run at batch priority behind interactive requests"
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -99,6 +107,8 @@ class ServerConfig:
             "keepalive_timeout_ms": self.keepalive_timeout_ms,
             "min_client_ping_interval_ms": self.min_client_ping_interval_ms,
             "max_session_generations": self.max_session_generations,
+            "max_file_mib": self.max_file_mib,
+            "max_batch_lines_in_flight": self.max_batch_lines_in_flight,
         }
         for name, value in positive.items():
             if value <= 0:

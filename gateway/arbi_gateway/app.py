@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from arbi_gateway import audio_routes, embedding_routes, openai_routes, service_routes
+from arbi_gateway import audio_routes, batch_routes, embedding_routes, file_routes, openai_routes, service_routes
 from arbi_gateway.config import GatewayConfig
 from arbi_gateway.errors import ApiError
 from arbi_gateway.gateway_state import GatewayState
@@ -54,6 +54,15 @@ def build_app(config: GatewayConfig) -> Starlette:
         Route("/v1/audio/transcriptions", audio_routes.transcriptions, methods=["POST"]),
         Route("/v1/audio/speech", audio_routes.speech, methods=["POST"]),
         *embedding_routes.ROUTES,
+        Route("/v1/files", file_routes.upload_file, methods=["POST"]),
+        Route("/v1/files", file_routes.list_files, methods=["GET"]),
+        Route("/v1/files/{file_id}", file_routes.retrieve_file, methods=["GET"]),
+        Route("/v1/files/{file_id}", file_routes.delete_file, methods=["DELETE"]),
+        Route("/v1/files/{file_id}/content", file_routes.file_content, methods=["GET"]),
+        Route("/v1/batches", batch_routes.create_batch, methods=["POST"]),
+        Route("/v1/batches", batch_routes.list_batches, methods=["GET"]),
+        Route("/v1/batches/{batch_id}", batch_routes.retrieve_batch, methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel", batch_routes.cancel_batch, methods=["POST"]),
         Route("/v1/models", service_routes.list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", service_routes.retrieve_model, methods=["GET"]),
         Route("/health", service_routes.health, methods=["GET"]),

@@ -10,6 +10,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from arbi_gateway import embedding_routes
+from arbi_gateway.batch_openapi import files_and_batches_paths
 from arbi_gateway.http_rules import HttpBinding
 from arbi_gateway.json_schema import Schema
 
@@ -60,6 +61,7 @@ def openapi_document(version: str, chat_schema: Schema, completion_schema: Schem
                                                 "503": _json_response("Not ready.")}}},
         "/metrics": {"get": {"operationId": "getGatewayMetrics", "responses": {"200": {
             "description": "Prometheus text exposition.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        **files_and_batches_paths(),
     }
     for path, (operation_id, schema_name, schema, description) in embedding_routes.OPENAPI_OPERATIONS.items():
         components[schema_name] = schema

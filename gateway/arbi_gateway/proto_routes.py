@@ -134,10 +134,13 @@ def _set_field(message: Message, field_path: str, values: list[str]) -> None:
         if field.type == FieldDescriptor.TYPE_MESSAGE:
             raise _BadRequest(f"{field_path!r} is a message field; send it in the body")
         parsed = [_scalar(field, value, field_path) for value in values]
-        if field.is_repeated:
-            getattr(target, field.name).extend(parsed)
-        else:
-            setattr(target, field.name, parsed[-1])
+        try:
+            if field.is_repeated:
+                getattr(target, field.name).extend(parsed)
+            else:
+                setattr(target, field.name, parsed[-1])
+        except ValueError as error:  # an integer out of the field's range
+            raise _BadRequest(f"{field_path!r}: {error}") from None
 
 
 def _field(descriptor: Descriptor, name: str) -> FieldDescriptor | None:
