@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # Of the host memory left after the weights and activations, the most a default CPU pool takes: the rest stays
 # for the tokenizer, gRPC, the gateway and whatever else runs on the machine.
-CPU_FREE_MEMORY_SHARE = 0.5
+CPU_FREE_MEMORY_SHARE = 0.25
 
 
 def choose_kv_pool_budget(
