@@ -94,7 +94,14 @@ class _EngineFields(SchedulingLimits):
            f"1..{MAX_KV_EXACT_BLOCKS}, at most {MAX_EXACT_WINDOW_TOKENS} tokens with --block-size"
     )
     block_size: int = setting(16, "tokens per KV cache block")
-    kv_cache_memory_mib: int = setting(1024, "memory of the KV cache pool in MiB")
+    kv_cache_memory_mib: int = setting(
+        0, "memory of the KV cache pool in MiB (0 = sized from the device: on the CPU what --max-running-requests "
+           "sequences of the context need, within a share of the free memory; on CUDA what the other components "
+           "leave under --gpu-memory-utilization)"
+    )
+    gpu_memory_utilization: float = setting(
+        0.9, "CUDA: fraction of the device memory the server may fill when the KV pool is sized by default"
+    )
     max_model_len: int = setting(0, "longest sequence served, prompt plus output (0 = the model's context)")
     enable_prefix_cache: bool = setting(True, "reuse the KV blocks of cached prompt prefixes")
     overlap_steps: bool = setting(
@@ -119,9 +126,13 @@ class EngineConfig(_EngineFields):
         super().__init__(**resolve_auto_settings(settings))
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "kv_cache_memory_mib"):
-            if getattr(self, name) <= 0:
-                raise InvalidArgumentError(name, f"must be > 0, got {getattr(self, name)}")
+        if self.block_size <= 0:
+            raise InvalidArgumentError("block_size", f"must be > 0, got {self.block_size}")
+        if self.kv_cache_memory_mib < 0:
+            raise InvalidArgumentError("kv_cache_memory_mib", f"must be >= 0 (0 = sized from the device), "
+                                                              f"got {self.kv_cache_memory_mib}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise InvalidArgumentError("gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
         super().__post_init__()
         if self.max_model_len < 0:
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")

@@ -23,7 +23,7 @@ from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent
 from arbi_grpc.memory.estimate import estimate_budget
-from arbi_grpc.memory.kv_pool import plan_kv_pool
+from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
 from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget, reserved_growth
 from arbi_grpc.models.checkpoint_reader import read_hf_config
@@ -70,7 +70,7 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
     resolved = resolve_model(config.model)
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
-    kv_pool = plan_kv_pool(config, declared, tkv_calibration)
+    kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration)
     estimate_budget(config, declared, kv_pool, limit, host_components).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)

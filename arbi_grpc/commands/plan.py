@@ -34,7 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from arbi_grpc.audio.memory import estimated_audio_component
     from arbi_grpc.memory.estimate import estimate_budget
-    from arbi_grpc.memory.kv_pool import plan_kv_pool
+    from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
     from arbi_grpc.memory.limits import memory_limit
     from arbi_grpc.memory.model_source import read_model_source, reference_model_source
 
@@ -46,9 +46,10 @@ def _plan(args: argparse.Namespace) -> int:
         )
     source = reference_model_source(args.shape) if args.shape else read_model_source(config.model)
     model = source.config
-    kv_pool = plan_kv_pool(config, model)
+    limit = memory_limit(config)
+    kv_pool = plan_default_kv_pool(config, model, limit)
     audio = estimated_audio_component() if args.audio else None
-    budget = estimate_budget(config, model, kv_pool, memory_limit(config), (audio,) if audio else ())
+    budget = estimate_budget(config, model, kv_pool, limit, (audio,) if audio else ())
     if args.json:
         print(json.dumps({"model": source.name, "read_from": source.read_from,
                           "max_model_len": kv_pool.max_model_len, **budget.as_dict()}, indent=2))

@@ -28,6 +28,14 @@ def num_sink_blocks(num_blocks: int, max_running_requests: int) -> int:
 
 
 @dataclass(frozen=True)
+class KVPoolBudget:
+    """The bytes a pool may take and why (`source` names the flag or the rule that chose them)."""
+
+    num_bytes: int
+    source: str
+
+
+@dataclass(frozen=True)
 class KVPoolPlan:
     """`num_blocks` blocks of `block_size` tokens, each `bytes_per_block` over all layers, K and V; a TKV pool
     also has `num_sink_blocks` sink rows of `sink_row_bytes` and `num_tail_slots` tail slots (one per running
@@ -41,6 +49,7 @@ class KVPoolPlan:
     sink_row_bytes: int = 0
     num_tail_slots: int | None = None
     tail_slot_bytes: int = 0
+    budget_source: str = ""
 
     @property
     def tail_bytes(self) -> int:
@@ -64,7 +73,8 @@ class KVPoolPlan:
         tails = (f" + {self.num_tail_slots} tail slots x {self.tail_slot_bytes / 1024:.0f} KiB"
                  if self.num_tail_slots is not None else "")
         return (f"{self.num_blocks} blocks x {self.block_size} tokens x {self.bytes_per_block / 1024:.0f} KiB "
-                f"per block{sinks}{tails}; context {self.max_model_len} tokens")
+                f"per block{sinks}{tails}; context {self.max_model_len} tokens"
+                + (f"; sized by {self.budget_source}" if self.budget_source else ""))
 
 
 def kv_block_bytes(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None) -> int:
@@ -143,20 +153,30 @@ def _storage_detail(config: EngineConfig, model: ModelConfig, tkv_calibration: T
             f"{ELEMENT_BYTES[config.kv_cache_dtype]} bytes per token")
 
 
-def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None) -> KVPoolPlan:
-    """The pool `config.kv_cache_memory_mib` buys for `model` (with `tkv_calibration` for a TKV cache).
+def plan_kv_pool(
+    config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None,
+    budget: KVPoolBudget | None = None,
+) -> KVPoolPlan:
+    """The pool `budget` (default: the explicit `config.kv_cache_memory_mib`) buys for `model` (with
+    `tkv_calibration` for a TKV cache); `kv_pool_default.plan_default_kv_pool` chooses the budget when the
+    flag is left at 0.
 
     The context limit is `max_model_len` when set, else the model's context capped at what the pool holds.
     Raises InvalidArgumentError when max_model_len exceeds the model's context, ResourceExhaustedError
     (naming the KV cache and its numbers) when the pool holds no block or not one max-length sequence.
     """
+    if budget is None:
+        if not config.kv_cache_memory_mib:
+            raise InvalidArgumentError("kv_cache_memory_mib", "0 (sized from the device) needs the memory limit: "
+                                                              "use kv_pool_default.plan_default_kv_pool")
+        budget = KVPoolBudget(config.kv_cache_memory_bytes, f"kv_cache_memory_mib={config.kv_cache_memory_mib}")
     sizing = _PoolSizing.for_config(config, model, tkv_calibration)
-    num_blocks = sizing.largest_pool(config.kv_cache_memory_bytes)
+    num_blocks = sizing.largest_pool(budget.num_bytes)
     if num_blocks < 1:
         tails = (f" beside the tail slots of {sizing.max_running_requests} running sequences "
                  f"({sizing.tail_bytes / MIB:.2f} MiB, --max-running-requests)" if sizing.tail_bytes else "")
         raise ResourceExhaustedError(
-            f"memory budget: the KV cache does not fit: kv_cache_memory_mib={config.kv_cache_memory_mib} holds no "
+            f"memory budget: the KV cache does not fit: {budget.source} ({budget.num_bytes / MIB:,.1f} MiB) holds no "
             f"block; one block of {config.block_size} tokens costs "
             f"{(sizing.num_bytes(1) - sizing.tail_bytes) / MIB:.2f} MiB "
             f"({_storage_detail(config, model, tkv_calibration)}){tails}"
@@ -172,11 +192,11 @@ def plan_kv_pool(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvC
         needed_mib = sizing.num_bytes(needed_blocks) / MIB
         raise ResourceExhaustedError(
             f"memory budget: the KV cache does not fit one sequence of max_model_len={config.max_model_len} "
-            f"tokens: it needs {needed_blocks} blocks ({needed_mib:.1f} MiB) but kv_cache_memory_mib="
-            f"{config.kv_cache_memory_mib} holds {num_blocks} blocks ({capacity} tokens); raise "
+            f"tokens: it needs {needed_blocks} blocks ({needed_mib:.1f} MiB) but {budget.source} "
+            f"({budget.num_bytes / MIB:,.1f} MiB) holds {num_blocks} blocks ({capacity} tokens); raise "
             f"--kv-cache-memory-mib to at least {int(-(-needed_mib // 1))} or lower --max-model-len"
         )
     max_model_len = config.max_model_len or min(model_context, capacity)
     return KVPoolPlan(num_blocks, config.block_size, sizing.bytes_per_block, max_model_len,
                       sizing.num_sink_blocks(num_blocks), sizing.sink_row_bytes,
-                      sizing.max_running_requests, sizing.tail_slot_bytes)
+                      sizing.max_running_requests, sizing.tail_slot_bytes, budget.source)

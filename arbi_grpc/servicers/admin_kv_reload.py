@@ -34,7 +34,8 @@ async def reload_kv_calibration(host: ModelHost, path: str, kv_bits: str, drain_
         raise InvalidArgumentError("path", "name the calibration bundle directory to load")
     config = dataclasses.replace(host.config, kv_calibration=path, kv_bits=kv_bits)  # validates kv_bits
     storage = await asyncio.to_thread(
-        load_recalibrated, current, Path(path), config.kv_bits_pair, config.kv_cache_memory_bytes
+        load_recalibrated, current, Path(path), config.kv_bits_pair,
+        config.kv_cache_memory_bytes or served.memory_budget.component("kv_cache").num_bytes
     )
     flushed, cancelled = await host.rebuild_quiesced(
         f"reloading the KV calibration from {path}", drain_timeout_s,

@@ -37,7 +37,7 @@ def test_graph_batch_sizes() -> None:
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_components_in_allocation_order(device: str) -> None:
     model = model_config_for_shape("qwen3-0.6b")
-    config = EngineConfig(device=device, max_model_len=4096)
+    config = EngineConfig(device=device, max_model_len=4096, kv_cache_memory_mib=1024)
     budget = estimate_budget(config, model, plan_kv_pool(config, model), LIMIT)
     names = tuple(component.name for component in budget.components)
     assert names == (CUDA_COMPONENTS if device == "cuda" else CUDA_COMPONENTS[:4])
@@ -47,7 +47,7 @@ def test_components_in_allocation_order(device: str) -> None:
 
 def test_graph_pool_follows_the_captured_batches() -> None:
     model = model_config_for_shape("llama3-8b")
-    config = EngineConfig(device="cuda", max_running_requests=256)
+    config = EngineConfig(device="cuda", max_running_requests=256, kv_cache_memory_mib=1024)
     off = dataclasses.replace(config, cuda_graph_max_batch=0)
     assert cuda_graph_pool_bytes(model, off) == 0
     pools = [cuda_graph_pool_bytes(model, dataclasses.replace(config, cuda_graph_max_batch=batch))

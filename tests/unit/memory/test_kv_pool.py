@@ -51,7 +51,7 @@ def test_a_pool_without_one_block_and_a_context_beyond_the_model_are_refused() -
     with pytest.raises(ResourceExhaustedError, match="holds no block"):
         plan_kv_pool(EngineConfig(kv_cache_memory_mib=1, block_size=64), big)
     with pytest.raises(InvalidArgumentError, match="max_model_len"):
-        plan_kv_pool(EngineConfig(max_model_len=513), model_config())
+        plan_kv_pool(EngineConfig(kv_cache_memory_mib=1, max_model_len=513), model_config())
 
 
 def _tkv_calibration(model: ModelConfig, key_bits: int, value_bits: int) -> TkvCalibration:

@@ -1,0 +1,75 @@
+"""Chooses the KV pool's bytes: an explicit --kv-cache-memory-mib wins; else on the CPU what
+--max-running-requests sequences of the context limit need, within a share of the memory the other components
+leave; on CUDA what the other components leave under --gpu-memory-utilization. The choice carries its reason for
+the boot log, `plan` and the memory report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.errors import ResourceExhaustedError
+from arbi_grpc.memory.budget import MemoryLimit
+from arbi_grpc.memory.estimate import estimate_budget
+from arbi_grpc.memory.kv_pool import KVPoolBudget, KVPoolPlan, kv_block_bytes, plan_kv_pool
+from arbi_grpc.models.config import ModelConfig
+
+if TYPE_CHECKING:
+    from arbi_grpc.kv_codec.calibration.bundle import TkvCalibration
+
+# Of the host memory left after the weights and activations, the most a default CPU pool takes: the rest stays
+# for the tokenizer, gRPC, the gateway and whatever else runs on the machine.
+CPU_FREE_MEMORY_SHARE = 0.25
+
+
+def choose_kv_pool_budget(
+    config: EngineConfig, limit: MemoryLimit, other_bytes: int, sequence_bytes: int
+) -> KVPoolBudget:
+    """The pool's budget for `config`, given the memory `limit`, the bytes of every other component
+    (`other_bytes`: weights, activations, CUDA graphs, ...) and what one sequence of the context limit costs
+    in the pool (`sequence_bytes`). Raises ResourceExhaustedError when the others leave nothing."""
+    if config.kv_cache_memory_mib:
+        return KVPoolBudget(config.kv_cache_memory_bytes, f"kv_cache_memory_mib={config.kv_cache_memory_mib}")
+    if config.device == "cuda":
+        allowed = int(limit.num_bytes * config.gpu_memory_utilization)
+        room = allowed - other_bytes
+        _require_room(room, other_bytes, allowed, f"gpu_memory_utilization={config.gpu_memory_utilization}")
+        return KVPoolBudget(room, f"what the other components ({other_bytes / MIB:,.1f} MiB) leave of "
+                                  f"gpu_memory_utilization={config.gpu_memory_utilization} x {limit.num_bytes / MIB:,.0f} "
+                                  f"MiB ({limit.source})")
+    room = limit.num_bytes - other_bytes
+    _require_room(room, other_bytes, limit.num_bytes, limit.source)
+    share = int(room * CPU_FREE_MEMORY_SHARE)
+    needed = config.max_running_requests * sequence_bytes
+    if needed <= share:
+        return KVPoolBudget(needed, f"max_running_requests={config.max_running_requests} sequences of the context "
+                                    f"limit ({sequence_bytes / MIB:,.1f} MiB each)")
+    return KVPoolBudget(share, f"{CPU_FREE_MEMORY_SHARE:.0%} of the {room / MIB:,.0f} MiB the other components leave "
+                               f"({limit.source}); {config.max_running_requests} full-context sequences would need "
+                               f"{needed / MIB:,.0f} MiB")
+
+
+def _require_room(room: int, other_bytes: int, allowed: int, source: str) -> None:
+    if room <= 0:
+        raise ResourceExhaustedError(
+            f"memory budget: no room for a KV cache: the other components take {other_bytes / MIB:,.1f} MiB of "
+            f"{allowed / MIB:,.1f} MiB ({source}); set --kv-cache-memory-mib, lower --max-step-tokens, or raise "
+            "--memory-limit-mib"
+        )
+
+
+def plan_default_kv_pool(
+    config: EngineConfig, model: ModelConfig, limit: MemoryLimit, tkv_calibration: TkvCalibration | None = None
+) -> KVPoolPlan:
+    """`plan_kv_pool` under the budget `choose_kv_pool_budget` picks; the other components are estimated as a
+    boot of `config` would (`estimate_budget` with an empty pool)."""
+    context = config.max_model_len or model.max_position_embeddings
+    block_bytes = kv_block_bytes(config, model, tkv_calibration)
+    empty_pool = KVPoolPlan(0, config.block_size, block_bytes, context)
+    others = estimate_budget(config, model, empty_pool, limit)
+    others.check_fits()  # names the component past the limit when the others alone do not fit
+    other_bytes = others.total_bytes
+    sequence_bytes = -(-context // config.block_size) * block_bytes
+    budget = choose_kv_pool_budget(config, limit, other_bytes, sequence_bytes)
+    return plan_kv_pool(config, model, tkv_calibration, budget)
