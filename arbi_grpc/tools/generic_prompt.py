@@ -12,7 +12,8 @@ The tools go into the system message (appended to the first one, or a new first 
 
 Earlier turns are rewritten in the same format: an assistant message's tool calls become `<tool_call>`
 lines after its content, and a tool result becomes a user message
-`<tool_response>{"tool_call_id": ..., "content": ...}</tool_response>`, so any template renders them.
+`<tool_response>\n{content}\n</tool_response>` (results answer the calls in their order), so any template
+renders them.
 The output is read by the Hermes parser (`hermes_parser.py`).
 """
 
@@ -48,9 +49,7 @@ def generic_messages(messages: Sequence[Mapping[str, Any]],
     for message in messages:
         content = message.get("content") or ""
         if message["role"] == "tool":
-            result = {"tool_call_id": message.get("tool_call_id", ""), "content": content}
-            rewritten.append({"role": "user", "content":
-                              f"<tool_response>{json.dumps(result, ensure_ascii=False)}</tool_response>"})
+            rewritten.append({"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"})
             continue
         calls = [call_line(call["function"]["name"], call["function"]["arguments"])
                  for call in message.get("tool_calls") or ()]
