@@ -12,9 +12,11 @@ from collections.abc import Iterator
 import jsonschema
 import openai
 import pytest
+from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_gateway.process import GatewayProcess
 
 from tests.conftest import wait_for_idle_pool
+from tests.e2e.helpers import chat_request, generate, stub_for
 
 WEATHER_PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The current weather of a city.",
@@ -115,3 +117,18 @@ def test_bad_input_answers_400_naming_the_parameter(client: openai.OpenAI, model
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model=model, messages=ASK, max_tokens=4, extra_body=extra)
     assert raised.value.status_code == 400 and raised.value.body["param"] == param
+
+
+def test_grpc_clients_get_typed_tool_calls(served_smollm2) -> None:
+    """The same call straight from GenerateService: a ToolCallDelta and FINISH_REASON_TOOL_CALLS, no text."""
+    request = chat_request(_copy_request(PARIS_CALL)[0]["content"], max_output_tokens=64)
+    request.chat.tools.add(name="get_weather", parameters_json_schema=json.dumps(WEATHER_PARAMETERS))
+    channel, stub = stub_for(served_smollm2.target)
+    try:
+        completion = generate(stub, request)
+    finally:
+        channel.close()
+    (call,) = [call for response in completion.responses for call in response.tool_calls]
+    assert (call.index, call.name, json.loads(call.arguments)) == (0, "get_weather", {"city": "Paris"})
+    assert completion.text == "" and completion.responses[-1].finish_reason == types_pb.FINISH_REASON_TOOL_CALLS
+    wait_for_idle_pool(served_smollm2.served.engine)
