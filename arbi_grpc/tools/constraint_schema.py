@@ -23,9 +23,8 @@ def _call_schema(tool: ToolDefinition) -> dict[str, Any]:
 
 def tool_call_schema(tool_set: ToolSet) -> dict[str, Any]:
     """The schema of the whole output; only for a constrained (required or named) choice."""
-    if tool_set.choice.mode is ToolChoiceMode.NAMED:
-        call = _call_schema(tool_set.by_name(tool_set.choice.name))
-        return call  # a named choice makes one call
+    if tool_set.choice.mode is ToolChoiceMode.NAMED:  # one call of that tool
+        return _call_schema(tool_set.by_name(tool_set.choice.name))
     if tool_set.choice.mode is not ToolChoiceMode.REQUIRED:
         raise ValueError(f"tool choice {tool_set.choice.mode.value!r} is not constrained")
     calls = [_call_schema(tool) for tool in tool_set.tools]

@@ -60,7 +60,7 @@ def tool_request(body: dict[str, Any]) -> ToolRequest | None:
         name, choice = choice["function"]["name"], "named"
         if name not in {tool.name for tool in tools}:
             raise invalid("tool_choice", f"'tool_choice' names the function {name!r}, which is not in 'tools'.")
-    elif choice in ("required",) and not tools:
+    elif choice == "required" and not tools:
         raise invalid("tool_choice", "'tool_choice' is 'required' but the request defines no 'tools'.")
     names = [tool.name for tool in tools]
     for index, tool_name in enumerate(names):
@@ -106,8 +106,6 @@ def add_tools(body: dict[str, Any], chat: types_pb.ChatInput) -> None:
     """Sets the chat's tools, tool choice and parallel calls from the body (nothing without tools)."""
     request = tool_request(body)
     if request is None:
-        if body.get("tool_choice") not in (None, "none", "auto"):
-            raise invalid("tool_choice", "'tool_choice' names a function but the request defines no 'tools'.")
         return
     for tool in request.tools:
         chat.tools.add(name=tool.name, description=tool.description,
