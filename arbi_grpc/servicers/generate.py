@@ -21,9 +21,10 @@ from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_grpc.embeddings.resident import ResidentEmbeddingModels
 from arbi_grpc.engine.engine import Engine
+from arbi_grpc.engine.input_processor import TextPrompt
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sequence import OutputSink
-from arbi_grpc.errors import ArbiError
+from arbi_grpc.errors import ArbiError, FailedPreconditionError, InvalidArgumentError
 from arbi_grpc.model_host import ModelHost
 from arbi_grpc.servicers import tokenization
 from arbi_grpc.servicers.admin_conversion import embedding_model_info, model_info
@@ -37,6 +38,13 @@ from arbi_grpc.servicers.generate_conversion import (
 from arbi_grpc.servicers.output_buffer import OutputBuffer
 from arbi_grpc.servicers.session import SessionStream
 from arbi_grpc.servicers.status import abort_with
+from arbi_grpc.servicers.tool_conversion import (
+    ResponseShaper,
+    render_chat_with_tools,
+    tool_call_shaper,
+    tool_set_from_proto,
+    uses_tools,
+)
 
 
 class GenerateServicer(pb_grpc.GenerateServiceServicer):
@@ -46,18 +54,34 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
         self._embeddings = embeddings
         self._max_session_generations = max_session_generations
 
-    def start(self, request: pb.GenerateRequest, sink: OutputSink) -> tuple[Engine, GenerationRequest]:
-        """Admits, validates and submits one generation within one loop turn; raises ArbiError."""
+    def start(self, request: pb.GenerateRequest,
+              sink: OutputSink) -> tuple[Engine, GenerationRequest, ResponseShaper]:
+        """Admits, validates and submits one generation within one loop turn; raises ArbiError. The shaper
+        reads the generation's responses for tool calls (the identity without tools)."""
         served = self._host.admit(request.model)
-        generation = served.inputs.build(
-            uuid.uuid4().hex,
-            prompt_from_proto(request),
-            sampling_from_proto(request),
-            stopping_from_proto(request, self._host.config.default_max_output_tokens),
-            scheduling_from_proto(request),
-        )
+        prompt, shape = prompt_from_proto(request), lambda response: response
+        if request.WhichOneof("input") == "chat" and uses_tools(request.chat):
+            template = served.inputs.chat_template
+            tool_set = tool_set_from_proto(request.chat)
+            if tool_set.constrained:
+                raise FailedPreconditionError("chat.tool_choice: 'required' and named tool choices need the "
+                                              "engine's output constraints, which this server does not have yet")
+            prompt = TextPrompt(render_chat_with_tools(template, request.chat, tool_set))
+            shape = tool_call_shaper(template, tool_set)
+        try:
+            generation = served.inputs.build(
+                uuid.uuid4().hex,
+                prompt,
+                sampling_from_proto(request),
+                stopping_from_proto(request, self._host.config.default_max_output_tokens),
+                scheduling_from_proto(request),
+            )
+        except InvalidArgumentError as error:
+            if error.field != "prompt" or not isinstance(prompt, TextPrompt) or not request.HasField("chat"):
+                raise
+            raise InvalidArgumentError("chat.messages", error.description) from None  # the rendered chat
         served.engine.submit(generation, sink)
-        return served.engine, generation
+        return served.engine, generation, shape
 
     async def Generate(  # noqa: N802 (gRPC method name)
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
@@ -65,7 +89,7 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
         ready = asyncio.Event()
         buffer = OutputBuffer(asyncio.get_running_loop(), ready.set)
         try:
-            engine, generation = self.start(request, buffer.sink)
+            engine, generation, shape = self.start(request, buffer.sink)
         except ArbiError as error:
             await abort_with(context, error)
             return
@@ -79,9 +103,9 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
                 finished = output.finished
                 if output.error is not None:
                     if output.tokens or output.text:
-                        yield response_from_output(replace(output, error=None), generation.prompt_token_ids)
+                        yield shape(response_from_output(replace(output, error=None), generation.prompt_token_ids))
                     await abort_with(context, output.error)
-                yield response_from_output(output, generation.prompt_token_ids)
+                yield shape(response_from_output(output, generation.prompt_token_ids))
         finally:
             if not finished:
                 engine.cancel(generation.request_id)

@@ -26,10 +26,11 @@ from arbi_grpc.server_config import MAX_GENERATION_ID_CHARS
 from arbi_grpc.servicers.generate_conversion import response_from_output
 from arbi_grpc.servicers.output_buffer import OutputBuffer
 from arbi_grpc.servicers.status import abort_with, status_of
+from arbi_grpc.servicers.tool_conversion import ResponseShaper
 
 log = logging.getLogger(__name__)
 
-StartGeneration = Callable[[pb.GenerateRequest, OutputSink], tuple[Engine, GenerationRequest]]
+StartGeneration = Callable[[pb.GenerateRequest, OutputSink], tuple[Engine, GenerationRequest, ResponseShaper]]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class _Live:
     engine: Engine
     request: GenerationRequest
     buffer: OutputBuffer
+    shape: ResponseShaper
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class SessionStream:
     def _output_response(generation_id: str, output: RequestOutput, live: _Live) -> pb.SessionResponse:
         return pb.SessionResponse(
             generation_id=generation_id,
-            output=response_from_output(output, live.request.prompt_token_ids),
+            output=live.shape(response_from_output(output, live.request.prompt_token_ids)),
         )
 
     async def _read(self, requests: AsyncIterator[pb.SessionRequest]) -> None:
@@ -129,12 +131,12 @@ class SessionStream:
             self._check_new_id(generation_id)
             loop = asyncio.get_running_loop()
             buffer = OutputBuffer(loop, lambda: self._events.put_nowait(generation_id))
-            engine, request = self._start_generation(start.request, buffer.sink)
+            engine, request, shape = self._start_generation(start.request, buffer.sink)
         except ArbiError as error:
             await self._refusal_slots.acquire()
             self._events.put_nowait(pb.SessionResponse(generation_id=generation_id, error=status_of(error)))
             return
-        self._live[generation_id] = _Live(engine, request, buffer)
+        self._live[generation_id] = _Live(engine, request, buffer, shape)
 
     def _check_new_id(self, generation_id: str) -> None:
         if not 0 < len(generation_id) <= MAX_GENERATION_ID_CHARS:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import NoReturn
 
 import jinja2
+import jinja2.meta
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -26,10 +27,14 @@ CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One message of a conversation; `role` is one of CHAT_ROLES."""
+    """One message of a conversation; `role` is one of CHAT_ROLES. An assistant message may hold the tool
+    calls it made (`{"id", "type": "function", "function": {"name", "arguments": dict}}`, HF's form) and a
+    tool message the id of the call it answers."""
 
     role: str
     content: str
+    tool_calls: tuple[Mapping[str, object], ...] = ()
+    tool_call_id: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in CHAT_ROLES:
@@ -45,7 +50,17 @@ class ChatMessage:
         role, content = message["role"], message["content"]
         if not isinstance(role, str) or not isinstance(content, str):
             raise InvalidArgumentError(MESSAGES_FIELD, f"role and content must be strings, got {message!r}")
-        return cls(role=role, content=content)
+        return cls(role=role, content=content, tool_calls=tuple(message.get("tool_calls") or ()),
+                   tool_call_id=str(message.get("tool_call_id") or ""))
+
+    def template_json(self) -> dict[str, object]:
+        """The message as chat templates read it (tool fields only when set)."""
+        message: dict[str, object] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [dict(call) for call in self.tool_calls]
+        if self.tool_call_id:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 def _raise_template_exception(message: str) -> NoReturn:
@@ -81,18 +96,29 @@ class ChatTemplate:
     def __init__(self, tokenizer: TextTokenizer) -> None:
         self._tokenizer = tokenizer
         self._template: jinja2.Template | None = None
+        self.supports_tools = False
         if tokenizer.chat_template is not None:
+            environment = _template_environment()
             try:
-                self._template = _template_environment().from_string(tokenizer.chat_template)
+                self._template = environment.from_string(tokenizer.chat_template)
+                syntax = environment.parse(tokenizer.chat_template)
             except jinja2.exceptions.TemplateSyntaxError as error:
                 raise ModelLoadError(f"chat template does not compile: {error}") from error
+            # A template that reads `tools` renders tool definitions itself.
+            self.supports_tools = "tools" in jinja2.meta.find_undeclared_variables(syntax)
+
+    @property
+    def source(self) -> str | None:
+        return self._tokenizer.chat_template
 
     @property
     def available(self) -> bool:
         return self._template is not None
 
-    def render(self, messages: Sequence[Mapping[str, object]], add_generation_prompt: bool = True) -> str:
-        """The prompt text for `messages`, ending with the assistant turn opener when asked."""
+    def render(self, messages: Sequence[Mapping[str, object]], add_generation_prompt: bool = True,
+               tools: Sequence[Mapping[str, object]] | None = None) -> str:
+        """The prompt text for `messages`, ending with the assistant turn opener when asked; `tools` (OpenAI's
+        function form) are passed to templates that render them (`supports_tools`)."""
         if self._template is None:
             raise InvalidArgumentError(
                 MESSAGES_FIELD, "this model has no chat template; send a raw prompt instead of messages"
@@ -101,9 +127,10 @@ class ChatTemplate:
             raise InvalidArgumentError(MESSAGES_FIELD, "must hold at least one message")
         checked = [ChatMessage.from_mapping(message) for message in messages]
         try:
+            extra = {"tools": [dict(tool) for tool in tools]} if tools else {}
             return self._template.render(
-                messages=[{"role": message.role, "content": message.content} for message in checked],
-                add_generation_prompt=add_generation_prompt,
+                messages=[message.template_json() for message in checked],
+                add_generation_prompt=add_generation_prompt, **extra,
                 bos_token=self._tokenizer.bos_token or "",
                 eos_token=self._tokenizer.eos_token or "",
             )

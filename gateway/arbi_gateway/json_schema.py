@@ -2,7 +2,7 @@
 schemas are written in, so one schema both documents a route (OpenAPI) and checks its requests.
 
 Supported keywords: type (one or a list, "null" included), enum, minimum, maximum, exclusiveMinimum,
-minLength, minItems, maxItems, items, properties, required, additionalProperties (false or absent),
+minLength, minItems, maxItems, items, properties, required, additionalProperties (false, a schema or absent),
 anyOf, description. A schema using any other keyword is refused when it is checked.
 """
 
@@ -118,13 +118,17 @@ def _check_object(value: dict, schema: Schema, path: str) -> dict:
         if name not in value:
             raise invalid(_join(path, name), f"Missing required parameter: '{_join(path, name)}'.",
                           "missing_required_parameter")
-    if schema.get("additionalProperties", True) is False:
+    additional = schema.get("additionalProperties", True)
+    if additional is False:
         for name in value:
             if name not in properties:
                 raise invalid(_join(path, name), f"Unrecognized request argument supplied: '{_join(path, name)}'.",
                               "unknown_parameter")
-    return {name: check(item, properties[name], _join(path, name)) if name in properties else item
-            for name, item in value.items()}
+    checked = {}
+    for name, item in value.items():
+        item_schema = properties.get(name, additional if isinstance(additional, dict) else None)
+        checked[name] = item if item_schema is None else check(item, item_schema, _join(path, name))
+    return checked
 
 
 def _check_any_of(value: Any, options: list[Schema], path: str) -> Any:

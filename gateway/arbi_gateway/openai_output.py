@@ -18,7 +18,21 @@ _FINISH_REASONS = {
     types_pb.FINISH_REASON_MAX_OUTPUT_TOKENS: "length",
     types_pb.FINISH_REASON_CONTEXT_LIMIT: "length",
     types_pb.FINISH_REASON_CANCELLED: "cancelled",
+    types_pb.FINISH_REASON_TOOL_CALLS: "tool_calls",
 }
+
+
+@dataclass
+class ToolCallState:
+    """One tool call of a choice: its id and name from its first delta, its arguments' pieces."""
+
+    call_id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+    def openai_json(self) -> dict[str, Any]:
+        return {"id": self.call_id, "type": "function",
+                "function": {"name": self.name, "arguments": "".join(self.arguments)}}
 
 
 @dataclass
@@ -32,11 +46,15 @@ class ChoiceState:
     usage: types_pb.Usage | None = None
     started: bool = False  # a streamed chunk of this choice was sent
     text_offset: int = 0  # characters of logprob tokens so far (completions' text_offset)
+    tool_calls: dict[int, ToolCallState] = field(default_factory=dict)  # by the call's index
 
     def add(self, response: pb.GenerateResponse, keep_output: bool = True) -> None:
         if keep_output:
             self.text.append(response.text)
             self.tokens.extend(response.tokens)
+            for delta in response.tool_calls:
+                call = self.tool_calls.setdefault(delta.index, ToolCallState(delta.id, delta.name))
+                call.arguments.append(delta.arguments)
         self.prompt_tokens.extend(response.prompt_tokens)
         if response.finish_reason != types_pb.FINISH_REASON_UNSPECIFIED:
             # Discarded output (max_tokens 0 with echo) ends for length with no output tokens.

@@ -14,6 +14,8 @@ from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_gateway import json_schema
 from arbi_gateway.errors import invalid
 from arbi_gateway.openai_schemas import UNSUPPORTED_CHAT_PARAMETERS, UNSUPPORTED_COMPLETION_PARAMETERS
+from arbi_gateway.openai_structured import logit_bias, output_constraint
+from arbi_gateway.openai_tools import add_tools, history_message
 
 # OpenAI's default output length on /v1/completions.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
@@ -37,6 +39,8 @@ SERVER_FIELD_PARAMS = {
     "stopping.min_output_tokens": "min_tokens",
     "stopping.stop_strings": "stop",
     "scheduling.tenant_id": "user",
+    "chat.tools": "tools",
+    "chat.tool_choice": "tool_choice",
 }
 
 
@@ -142,11 +146,18 @@ def chat_plan(body: dict[str, Any], schema: json_schema.Schema) -> GenerationPla
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     logprobs = bool(body.get("logprobs"))
     request = _base_request(body, max_tokens, body.get("top_logprobs") or 0, prompt_logprobs=False)
-    for message in body["messages"]:
-        content = message["content"]
-        text = content if isinstance(content, str) else "\n".join(part["text"] for part in content)
-        role = "system" if message["role"] == "developer" else message["role"]
-        request.chat.messages.add(role=role, content=text)
+    for index, message in enumerate(body["messages"]):
+        history = history_message(message, index)
+        added = request.chat.messages.add(role=history.role, content=history.content,
+                                          tool_call_id=history.tool_call_id)
+        for call in history.tool_calls:
+            added.tool_calls.add(id=call.call_id, name=call.name, arguments=json.dumps(call.arguments))
+    add_tools(body, request.chat)
+    constraint, bias = output_constraint(body), logit_bias(body)
+    if constraint is not None or bias:
+        param = constraint.param if constraint is not None else "logit_bias"
+        raise invalid(param, f"'{param}' needs the server's output constraints, which this build lacks.",
+                      "unsupported_parameter")
     stream, include_usage = _streaming(body)
     return GenerationPlan(
         model=body["model"], prompts=(Prompt(request, None),), choice_count=body.get("n") or 1,

@@ -44,6 +44,7 @@ class _Reply:
     texts: dict[int, str]
     first: bool
     final: bool
+    tool_calls: Sequence[Any] = ()  # this message's tool-call deltas (streaming)
 
 
 class _ChatShape:
@@ -54,18 +55,40 @@ class _ChatShape:
         self._logprobs = plan.top_logprob_count is not None
 
     def choice(self, index: int, reply: _Reply) -> dict[str, Any]:
-        return {"index": index,
-                "message": {"role": "assistant", "content": reply.text, "refusal": None},
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
+        if reply.state.tool_calls:
+            message["tool_calls"] = [call.openai_json() for _, call in sorted(reply.state.tool_calls.items())]
+            message["content"] = reply.text or None
+        return {"index": index, "message": message,
                 "logprobs": chat_logprobs(reply.tokens, reply.texts) if self._logprobs else None,
                 "finish_reason": reply.state.finish_reason}
 
-    def delta(self, index: int, reply: _Reply) -> dict[str, Any] | None:
-        if not (reply.first or reply.text or reply.final or (self._logprobs and reply.tokens)):
-            return None
-        delta = {"role": "assistant", "content": reply.text} if reply.first else {"content": reply.text}
-        return {"index": index, "delta": delta,
-                "logprobs": chat_logprobs(reply.tokens, reply.texts) if self._logprobs else None,
-                "finish_reason": reply.state.finish_reason if reply.final else None}
+    def deltas(self, index: int, reply: _Reply) -> list[dict[str, Any]]:
+        """The chunks' choices of one message: its text (and logprobs), then one chunk per tool-call piece in
+        OpenAI's shape (a call's first piece with index, id, type, name and empty arguments, then its
+        arguments), the finish reason on the last."""
+        chunks: list[dict[str, Any]] = []
+        if reply.first or reply.text or (self._logprobs and reply.tokens):
+            delta = {"role": "assistant", "content": reply.text} if reply.first else {"content": reply.text}
+            chunks.append({"index": index, "delta": delta,
+                           "logprobs": chat_logprobs(reply.tokens, reply.texts) if self._logprobs else None,
+                           "finish_reason": None})
+        for call in reply.tool_calls:
+            if call.id:
+                chunks.append(self._tool_delta(index, {"index": call.index, "id": call.id, "type": "function",
+                                                       "function": {"name": call.name, "arguments": ""}}))
+            if call.arguments:
+                chunks.append(self._tool_delta(index, {"index": call.index,
+                                                       "function": {"arguments": call.arguments}}))
+        if reply.final:
+            if not chunks:
+                chunks.append({"index": index, "delta": {"content": ""}, "logprobs": None, "finish_reason": None})
+            chunks[-1]["finish_reason"] = reply.state.finish_reason
+        return chunks
+
+    @staticmethod
+    def _tool_delta(index: int, call: dict[str, Any]) -> dict[str, Any]:
+        return {"index": index, "delta": {"tool_calls": [call]}, "logprobs": None, "finish_reason": None}
 
 
 class _CompletionShape:
@@ -81,12 +104,12 @@ class _CompletionShape:
         return {"index": index, "text": self._echo(index, reply) + reply.text,
                 "logprobs": self._logprobs_of(reply), "finish_reason": reply.state.finish_reason}
 
-    def delta(self, index: int, reply: _Reply) -> dict[str, Any] | None:
+    def deltas(self, index: int, reply: _Reply) -> list[dict[str, Any]]:
         if not (reply.first or reply.text or reply.final or (self._logprobs and reply.tokens)):
-            return None
-        return {"index": index, "text": self._echo(index, reply) + reply.text,
-                "logprobs": self._logprobs_of(reply),
-                "finish_reason": reply.state.finish_reason if reply.final else None}
+            return []
+        return [{"index": index, "text": self._echo(index, reply) + reply.text,
+                 "logprobs": self._logprobs_of(reply),
+                 "finish_reason": reply.state.finish_reason if reply.final else None}]
 
     def _echo(self, index: int, reply: _Reply) -> str:
         return self._echo_texts[index // self._choice_count] if reply.first and self._echo_texts else ""
@@ -182,10 +205,10 @@ async def _stream(gateway: GatewayState, plan: GenerationPlan, shape: _ChatShape
             prompt_tokens = response.prompt_tokens if plan.echo else ()
             texts = await _texts_for(gateway, plan, metadata, [token_ids(tokens, prompt_tokens)])
             reply = _Reply(state, response.text if keep_output else "", tokens, prompt_tokens, texts,
-                           first=not state.started, final=state.finish_reason is not None)
-            choice = shape.delta(event.index, reply)
+                           first=not state.started, final=state.finish_reason is not None,
+                           tool_calls=response.tool_calls if keep_output else ())
             state.started = True
-            if choice is not None:
+            for choice in shape.deltas(event.index, reply):
                 yield _event({**head, "choices": [choice]})
         if plan.include_usage:
             yield _event({**head, "choices": [], "usage": usage_json(states, plan.choice_count)})

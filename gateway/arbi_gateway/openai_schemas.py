@@ -4,13 +4,14 @@
 Parameters of OpenAI's API that arbi-serve does not implement are listed by name: a request that sets one
 (to anything but null) is refused with a 400 that names it, never silently ignored. The extensions
 `top_k`, `min_p`, `repetition_penalty`, `min_tokens` and `ignore_eos` reach the server's sampling and
-stopping options.
+stopping options; structured output and tools are in `openai_structured_schemas.py`.
 """
 
 from __future__ import annotations
 
 from arbi_gateway.config import GatewayConfig
 from arbi_gateway.json_schema import Schema
+from arbi_gateway.openai_structured_schemas import TOOL_CALL, structured_chat_properties
 
 MAX_INT32 = 2**31 - 1
 MAX_SEED = 2**63 - 1
@@ -18,9 +19,8 @@ MAX_TOP_LOGPROBS = 20
 MAX_STOP_SEQUENCES = 16
 
 UNSUPPORTED_CHAT_PARAMETERS = frozenset({
-    "audio", "function_call", "functions", "logit_bias", "metadata", "modalities", "parallel_tool_calls",
-    "prediction", "prompt_cache_key", "reasoning_effort", "response_format", "safety_identifier",
-    "service_tier", "store", "tool_choice", "tools", "verbosity", "web_search_options",
+    "audio", "function_call", "functions", "metadata", "modalities", "prediction", "prompt_cache_key",
+    "reasoning_effort", "safety_identifier", "service_tier", "store", "verbosity", "web_search_options",
 })
 UNSUPPORTED_COMPLETION_PARAMETERS = frozenset({"best_of", "logit_bias", "suffix"})
 
@@ -75,13 +75,19 @@ _TEXT_PART: Schema = {
     "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}},
 }
 _MESSAGE: Schema = {
-    "type": "object", "additionalProperties": False, "required": ["role", "content"],
+    "type": "object", "additionalProperties": False, "required": ["role"],
     "properties": {
-        "role": {"type": "string", "enum": ["system", "developer", "user", "assistant"]},
+        "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
         "content": {"anyOf": [
             {"type": "string"},
             {"type": "array", "minItems": 1, "items": _TEXT_PART},
-        ]},
+            {"type": "null"},
+        ], "description": "Required but for an assistant message with tool_calls."},
+        "name": {"type": ["string", "null"], "description": "Accepted and not used."},
+        "tool_calls": {"type": ["array", "null"], "items": TOOL_CALL,
+                       "description": "An assistant message's calls (earlier turns)."},
+        "tool_call_id": {"type": ["string", "null"], "minLength": 1,
+                         "description": "A tool message's call (required with role tool)."},
     },
 }
 
@@ -97,6 +103,7 @@ def chat_request_schema(config: GatewayConfig) -> Schema:
         "logprobs": _nullable("boolean", "Return the log-probability of each output token."),
         "top_logprobs": _nullable("integer", "Most likely alternatives per output token (needs logprobs).",
                                   minimum=0, maximum=MAX_TOP_LOGPROBS),
+        **structured_chat_properties(),
     })
     return {"type": "object", "additionalProperties": False, "required": ["model", "messages"],
             "properties": properties}

@@ -113,7 +113,7 @@ def test_curl_streams_sse_ending_with_done(gateway: GatewayProcess, model_name: 
     ("/v1/chat/completions", _chat(messages="hi"), 400, "messages", "expected an array"),
     ("/v1/chat/completions", _chat(model="no-such-model"), 404, "model", "'no-such-model' is not served"),
     ("/v1/chat/completions", _chat(n=1000), 400, "n", "must be <= 8"),
-    ("/v1/chat/completions", _chat(tools=[]), 400, "tools", "'tools' is not supported"),
+    ("/v1/chat/completions", _chat(functions=[]), 400, "functions", "'functions' is not supported"),
     ("/v1/chat/completions", _chat(colour="blue"), 400, "colour", "Unrecognized request argument"),
     ("/v1/chat/completions", _chat(top_logprobs=2), 400, "top_logprobs", "requires 'logprobs'"),
     ("/v1/completions", {"model": MODEL, "prompt": "hello " * 9000}, 400, "prompt", "fit the context"),
