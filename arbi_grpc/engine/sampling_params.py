@@ -114,6 +114,14 @@ class SamplingParams:
                 )
         object.__setattr__(self, "logit_bias", pairs)
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """Refuse logit_bias token ids the model cannot produce (call once the vocabulary is known)."""
+        for token_id, _ in self.logit_bias:
+            if token_id >= vocab_size:
+                raise InvalidArgumentError(
+                    "sampling.logit_bias", f"token id {token_id} is outside the vocabulary (size {vocab_size})"
+                )
+
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_TEMPERATURE_BELOW

@@ -45,3 +45,10 @@ def test_a_large_bias_decides_the_greedy_token() -> None:
 def test_invalid_bias_is_refused(bias: dict[int, float]) -> None:
     with pytest.raises(InvalidArgumentError, match="sampling.logit_bias"):
         SamplingParams(logit_bias=bias)
+
+
+def test_bias_outside_the_vocabulary_is_refused() -> None:
+    params = SamplingParams(logit_bias={10: 1.0})
+    params.check_vocab(11)
+    with pytest.raises(InvalidArgumentError, match="outside the vocabulary"):
+        params.check_vocab(10)
