@@ -24,6 +24,12 @@ class InvalidArgumentError(ArbiError):
         self.description = message
 
 
+class UnimplementedError(ArbiError):
+    """A request asks for a feature whose path is defined in the API but not wired in this server yet."""
+
+    code = "UNIMPLEMENTED"
+
+
 class NotFoundError(ArbiError):
     """A named model (or other resource) does not exist."""
 

@@ -71,6 +71,7 @@ class InputProcessor:
               stopping: StoppingParams, scheduling: SchedulingParams = SchedulingParams()
               ) -> GenerationRequest:
         stopping.check_vocab(self.vocab_size)
+        sampling.check_vocab(self.vocab_size)
         return GenerationRequest(
             request_id=request_id,
             prompt_token_ids=tuple(self.tokenize(prompt)),

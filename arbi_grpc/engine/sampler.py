@@ -1,6 +1,6 @@
 """Chooses the next token for a batch of requests with different sampling settings, in one call.
 
-Order per row: repetition/presence/frequency penalties, the min_output_tokens ban on EOS and stop ids, then
+Order per row: repetition/presence/frequency penalties, logit bias, the min_output_tokens ban on EOS and stop ids, then
 greedy argmax (temperature 0) or temperature, top_k, top_p, min_p and a draw. Reported logprobs are the
 log-softmax of the model's raw logits, before penalties, bans and temperature: they describe the model, not
 the sampling settings. A seeded request draws only from its own generator, so its tokens do not depend on
@@ -140,9 +140,11 @@ class Sampler:
         logits = logits.float()
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
         adjusted = logits
-        if any(state.params.has_penalties or state.banned_token_ids() for state in states):
+        if any(state.params.has_penalties or state.params.logit_bias or state.banned_token_ids()
+               for state in states):
             adjusted = logits.clone()
             apply_penalties(adjusted, states)
+            apply_logit_bias(adjusted, states)
             _ban_tokens_until_min_output(adjusted, states)
 
         greedy_rows = [row for row, state in enumerate(states) if state.params.is_greedy]
@@ -214,6 +216,23 @@ def apply_penalties(logits: torch.Tensor, states: Sequence[SamplingState]) -> No
     penalized = torch.where(seen, repeated, penalized)
     penalized = penalized - frequency * counts - presence * (counts > 0).float()
     logits[index] = penalized
+
+
+def apply_logit_bias(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
+    """In place on [B, V]: add each request's per-token bias (ids beyond the logits width cannot occur)."""
+    vocab_size = logits.shape[1]
+    rows: list[int] = []
+    columns: list[int] = []
+    biases: list[float] = []
+    for row, state in enumerate(states):
+        for token_id, bias in state.params.logit_bias:
+            if token_id < vocab_size:
+                rows.append(row)
+                columns.append(token_id)
+                biases.append(bias)
+    if rows:
+        index = (_index(rows, logits.device), _index(columns, logits.device))
+        logits[index] += tensor_on_device_no_sync(biases, logits.dtype, logits.device)
 
 
 def _ban_tokens_until_min_output(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from arbi_grpc.engine.output_constraint import OutputConstraint
 from arbi_grpc.errors import InvalidArgumentError
 
 MAX_LOGPROBS_COUNT = 20
 MAX_STOP_STRINGS = 16
 MAX_SEED = 2**64 - 1
 PENALTY_LIMIT = 2.0
+LOGIT_BIAS_LIMIT = 100.0
+MAX_LOGIT_BIAS_ENTRIES = 300
 # Dividing logits by a temperature this small overflows float32; such requests are sampled greedily.
 GREEDY_TEMPERATURE_BELOW = 1e-5
 
@@ -39,6 +42,8 @@ class SamplingParams:
     top_k 0 and top_p 1 and min_p 0 disable those filters; penalties at their defaults are off.
     logprobs_count asks for that many top alternatives per output token (the chosen token's logprob is
     always reported); prompt_logprobs asks for the logprob of every prompt token given its prefix.
+    logit_bias maps token ids to a bias added to their logits after penalties; output_constraint, when
+    set, masks every step's logits to the tokens its grammar allows.
     """
 
     temperature: float = 1.0
@@ -51,6 +56,8 @@ class SamplingParams:
     seed: int | None = None
     logprobs_count: int = 0
     prompt_logprobs: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = field(default_factory=tuple)
+    output_constraint: OutputConstraint | None = None
 
     def __post_init__(self) -> None:
         temperature = _check_number("sampling.temperature", self.temperature)
@@ -83,6 +90,37 @@ class SamplingParams:
             )
         if not isinstance(self.prompt_logprobs, bool):
             raise InvalidArgumentError("sampling.prompt_logprobs", f"must be a bool, got {self.prompt_logprobs!r}")
+        self._check_logit_bias()
+        if self.output_constraint is not None and not isinstance(self.output_constraint, OutputConstraint):
+            raise InvalidArgumentError("sampling.output_constraint", f"must be an OutputConstraint, got "
+                                       f"{self.output_constraint!r}")
+
+    def _check_logit_bias(self) -> None:
+        # Frozen: normalise a dict or pairs to sorted (token_id, bias) tuples so the params stay hashable.
+        entries = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+        pairs = tuple(sorted((_check_integer("sampling.logit_bias", token_id),
+                              _check_number("sampling.logit_bias", bias)) for token_id, bias in entries))
+        if len(pairs) > MAX_LOGIT_BIAS_ENTRIES:
+            raise InvalidArgumentError(
+                "sampling.logit_bias", f"at most {MAX_LOGIT_BIAS_ENTRIES} entries allowed, got {len(pairs)}"
+            )
+        for token_id, bias in pairs:
+            if token_id < 0:
+                raise InvalidArgumentError("sampling.logit_bias", f"token id must be >= 0, got {token_id}")
+            if abs(bias) > LOGIT_BIAS_LIMIT:
+                raise InvalidArgumentError(
+                    "sampling.logit_bias",
+                    f"bias of token {token_id} must be in [-{LOGIT_BIAS_LIMIT}, {LOGIT_BIAS_LIMIT}], got {bias}",
+                )
+        object.__setattr__(self, "logit_bias", pairs)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Refuse logit_bias token ids the model cannot produce (call once the vocabulary is known)."""
+        for token_id, _ in self.logit_bias:
+            if token_id >= vocab_size:
+                raise InvalidArgumentError(
+                    "sampling.logit_bias", f"token id {token_id} is outside the vocabulary (size {vocab_size})"
+                )
 
     @property
     def is_greedy(self) -> bool:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
+from arbi_grpc.engine.output_constraint import ConstraintKind, OutputConstraint
 from arbi_grpc.engine.input_processor import ChatPrompt, PromptInput, TextPrompt, TokenPrompt
 from arbi_grpc.engine.request import FinishReason, Priority, RequestOutput, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.errors import InvalidArgumentError, UnimplementedError
 
 _FINISH_REASONS = {
     FinishReason.EOS_TOKEN: types_pb.FINISH_REASON_EOS_TOKEN,
@@ -49,7 +50,28 @@ def sampling_from_proto(request: pb.GenerateRequest) -> SamplingParams:
         seed=sampling.seed if sampling.HasField("seed") else None,
         logprobs_count=logprobs.top_logprob_count,
         prompt_logprobs=logprobs.include_prompt_logprobs,
+        logit_bias=tuple(sampling.logit_bias.items()),
+        output_constraint=_constraint_from_proto(sampling),
     )
+
+
+def _constraint_from_proto(sampling: types_pb.SamplingParameters) -> OutputConstraint | None:
+    if not sampling.HasField("output_constraint"):
+        return None
+    message = sampling.output_constraint
+    which = message.WhichOneof("kind")
+    if which is None:
+        raise InvalidArgumentError("sampling.output_constraint", "set one of json_schema, json_object, regex, "
+                                   "ebnf_grammar or choice")
+    kind = ConstraintKind(which)
+    text = {"json_schema": message.json_schema.schema_json, "regex": message.regex,
+            "ebnf_grammar": message.ebnf_grammar}.get(which, "")
+    constraint = OutputConstraint(kind=kind, text=text, choices=tuple(message.choice.choices),
+                                  strict=message.strict)
+    # The grammar compiler and per-sequence matchers (issue 18) are not wired into the engine yet: refuse
+    # rather than generate unconstrained text.
+    raise UnimplementedError(f"sampling.output_constraint ({constraint.kind.value}) is accepted by the API "
+                             "but not enforced by this server yet")
 
 
 def stopping_from_proto(request: pb.GenerateRequest, default_max_output_tokens: int) -> StoppingParams:
