@@ -70,7 +70,7 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
     resolved = resolve_model(config.model)
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
-    kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration)
+    kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration, host_components)
     estimate_budget(config, declared, kv_pool, limit, host_components).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)

@@ -47,9 +47,10 @@ def _plan(args: argparse.Namespace) -> int:
     source = reference_model_source(args.shape) if args.shape else read_model_source(config.model)
     model = source.config
     limit = memory_limit(config)
-    kv_pool = plan_default_kv_pool(config, model, limit)
     audio = estimated_audio_component() if args.audio else None
-    budget = estimate_budget(config, model, kv_pool, limit, (audio,) if audio else ())
+    host_components = (audio,) if audio else ()
+    kv_pool = plan_default_kv_pool(config, model, limit, host_components=host_components)
+    budget = estimate_budget(config, model, kv_pool, limit, host_components)
     if args.json:
         print(json.dumps({"model": source.name, "read_from": source.read_from,
                           "max_model_len": kv_pool.max_model_len, **budget.as_dict()}, indent=2))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.errors import ResourceExhaustedError
-from arbi_grpc.memory.budget import MemoryLimit
+from arbi_grpc.memory.budget import MemoryComponent, MemoryLimit
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import KVPoolBudget, KVPoolPlan, kv_block_bytes, plan_kv_pool
 from arbi_grpc.models.config import ModelConfig
@@ -61,14 +61,15 @@ def _require_room(room: int, other_bytes: int, allowed: int, source: str) -> Non
 
 
 def plan_default_kv_pool(
-    config: EngineConfig, model: ModelConfig, limit: MemoryLimit, tkv_calibration: TkvCalibration | None = None
+    config: EngineConfig, model: ModelConfig, limit: MemoryLimit, tkv_calibration: TkvCalibration | None = None,
+    host_components: tuple[MemoryComponent, ...] = (),
 ) -> KVPoolPlan:
     """`plan_kv_pool` under the budget `choose_kv_pool_budget` picks; the other components are estimated as a
-    boot of `config` would (`estimate_budget` with an empty pool)."""
+    boot of `config` would (`estimate_budget` with an empty pool and the server's `host_components`)."""
     context = config.max_model_len or model.max_position_embeddings
     block_bytes = kv_block_bytes(config, model, tkv_calibration)
     empty_pool = KVPoolPlan(0, config.block_size, block_bytes, context)
-    others = estimate_budget(config, model, empty_pool, limit)
+    others = estimate_budget(config, model, empty_pool, limit, host_components)
     others.check_fits()  # names the component past the limit when the others alone do not fit
     other_bytes = others.total_bytes
     sequence_bytes = -(-context // config.block_size) * block_bytes
