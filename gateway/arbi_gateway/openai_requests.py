@@ -153,11 +153,12 @@ def chat_plan(body: dict[str, Any], schema: json_schema.Schema) -> GenerationPla
         for call in history.tool_calls:
             added.tool_calls.add(id=call.call_id, name=call.name, arguments=json.dumps(call.arguments))
     add_tools(body, request.chat)
-    constraint, bias = output_constraint(body), logit_bias(body)
-    if constraint is not None or bias:
-        param = constraint.param if constraint is not None else "logit_bias"
-        raise invalid(param, f"'{param}' needs the server's output constraints, which this build lacks.",
-                      "unsupported_parameter")
+    constraint = output_constraint(body)
+    if constraint is not None:
+        raise invalid(constraint.param, f"'{constraint.param}' needs the server's grammar engine, which is not "
+                                        "wired yet.", "unsupported_parameter")
+    for token_id, bias in logit_bias(body).items():
+        request.sampling.logit_bias[token_id] = bias
     stream, include_usage = _streaming(body)
     return GenerationPlan(
         model=body["model"], prompts=(Prompt(request, None),), choice_count=body.get("n") or 1,

@@ -108,6 +108,7 @@ BAD_INPUTS = [
     ({"guided_choice": []}, "guided_choice"),
     ({"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
     ({"logit_bias": {"x": 1}}, "logit_bias.x"),
+    ({"logit_bias": {"49152": 1}}, "sampling.logit_bias"),  # one past SmolLM2's vocabulary
 ]
 
 
@@ -117,6 +118,23 @@ def test_bad_input_answers_400_naming_the_parameter(client: openai.OpenAI, model
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model=model, messages=ASK, max_tokens=4, extra_body=extra)
     assert raised.value.status_code == 400 and raised.value.body["param"] == param
+
+
+def test_logit_bias_bans_and_forces_tokens(client: openai.OpenAI, model: str, smollm2_dir) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(smollm2_dir / "tokenizer.json"))
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def answer(bias: dict[str, float]) -> str:
+        return client.chat.completions.create(model=model, messages=question, temperature=0, max_tokens=8,
+                                              logit_bias=bias).choices[0].message.content
+
+    plain = answer({})
+    first = tokenizer.encode(plain, add_special_tokens=False).ids[0]
+    assert not answer({str(first): -100}).startswith(tokenizer.decode([first]))
+    forced = tokenizer.encode(" Berlin", add_special_tokens=False).ids
+    assert answer({str(forced[0]): 100}).startswith(tokenizer.decode(forced[:1]) * 2)
 
 
 def test_grpc_clients_get_typed_tool_calls(served_smollm2) -> None:
