@@ -72,8 +72,8 @@ def _json_stream(text: str) -> list[dict]:
 def test_list_and_describe_through_reflection(served_smollm2) -> None:
     target = served_smollm2.target
     assert set(_plain(target, "list").split()) == {
-        "arbi.v1.AdminService", "arbi.v1.AudioService", "arbi.v1.EmbeddingService", "arbi.v1.GenerateService",
-        "grpc.health.v1.Health",
+        "arbi.v1.AdminService", "arbi.v1.AudioService", "arbi.v1.BatchService", "arbi.v1.EmbeddingService",
+        "arbi.v1.FileService", "arbi.v1.GenerateService", "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
     }
     methods = _plain(target, "list", "arbi.v1.GenerateService").split()
