@@ -131,7 +131,7 @@ def test_bad_requests_get_a_precise_4xx(gateway: GatewayProcess, model_name: str
 
 
 def test_unknown_route_and_method_answer_openai_errors(gateway: GatewayProcess) -> None:
-    status, text = _curl(gateway.url + "/v1/embeddings", body={"model": MODEL, "input": "x"})
+    status, text = _curl(gateway.url + "/v1/moderations", body={"model": MODEL, "input": "x"})
     assert status == 404 and "Not Found" in json.loads(text)["error"]["message"]
     status, text = _curl(gateway.url + "/v1/completions")
     assert status == 405 and "Method Not Allowed" in json.loads(text)["error"]["message"]

@@ -59,7 +59,7 @@ def test_config_flags_explain_and_resolve(model_cache_dir: Path) -> None:
     env = {**os.environ, "ARBI_KV_CACHE_MEMORY_MIB": "96", "ARBI_ADMIN_TOKEN": "a-very-secret-admin-token"}
     explained = run_cli("config", "explain", "--kv-cache-memory-mib", env=env)
     assert explained.returncode == 0, explained.stderr
-    assert "default:     1024" in explained.stdout
+    assert "default:     0" in explained.stdout
     assert "96 (from environment ARBI_KV_CACHE_MEMORY_MIB" in explained.stdout
 
     resolved = run_cli("config", "resolve", "--json", "--max-step-tokens", "128", "--kv-cache-memory-mib", "80",

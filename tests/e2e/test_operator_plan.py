@@ -17,9 +17,11 @@ PLAN_WITHOUT_TORCH = (
 
 def _plan(model: str, served) -> dict:
     config = served.config
+    # The session server's first model is built without AudioService's reservation; one an admin test reloaded
+    # through the server's loader has it.
+    audio = "--audio" if any(c.name == "audio_models" for c in served.memory_budget.components) else "--no-audio"
     result = subprocess.run(
-        # --no-audio: the session server is built without AudioService's reservation.
-        [sys.executable, "-c", PLAN_WITHOUT_TORCH, "plan", "--json", "--no-audio", "--model", model,
+        [sys.executable, "-c", PLAN_WITHOUT_TORCH, "plan", "--json", audio, "--model", model,
          "--max-context", str(served.max_model_len), "--kv-cache-memory-mib", str(config.kv_cache_memory_mib),
          "--max-step-tokens", str(config.max_step_tokens),
          "--max-running-requests", str(config.max_running_requests)],
