@@ -28,3 +28,20 @@ def audio_stub(served_smollm2) -> Iterator:
     yield audio_service_pb2_grpc.AudioServiceStub(channel)
     channel.close()
     wait_for_idle_pool(served_smollm2.served.engine)
+
+
+@pytest.fixture(scope="module")
+def model(served_smollm2) -> str:
+    """The session server's model name."""
+    return served_smollm2.served.name
+
+
+@pytest.fixture
+def client(gateway, served_smollm2) -> Iterator:
+    """The official OpenAI SDK on the module's `gateway` in front of the session server; the KV pool is
+    checked after each test."""
+    import openai
+
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as sdk:
+        yield sdk
+    wait_for_idle_pool(served_smollm2.served.engine)

@@ -27,18 +27,6 @@ def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     process.stop()
 
 
-@pytest.fixture(scope="module")
-def model(served_smollm2) -> str:
-    return served_smollm2.served.name
-
-
-@pytest.fixture
-def client(gateway: GatewayProcess, served_smollm2) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-    wait_for_idle_pool(served_smollm2.served.engine)
-
-
 def _messages(question: str = QUESTION) -> list[dict[str, str]]:
     return [{"role": "user", "content": question}]
 
