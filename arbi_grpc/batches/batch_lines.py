@@ -91,8 +91,9 @@ class LineRunner:
         self._chat_schema = chat_request_schema(config)
         self._completion_schema = completion_request_schema(config)
 
-    async def answer(self, line: InputLine) -> dict[str, Any]:
-        """The response body of the line; LineError when the request fails."""
+    async def answer(self, line: InputLine, tenant: str | None = None) -> dict[str, Any]:
+        """The response body of the line, run as `tenant` (None: the body's `user`); LineError when the
+        request fails."""
         if line.url == EMBEDDING_URL:
             raise LineError("unsupported_endpoint",
                             "/v1/embeddings lines are not answered yet: the batch runner is not wired to "
@@ -103,7 +104,7 @@ class LineRunner:
             plan = chat_plan(body, self._chat_schema) if chat else completion_plan(body, self._completion_schema)
             if plan.top_logprob_count is not None or plan.echo:
                 raise LineError("unsupported_parameter", "logprobs and echo are not offered in batch lines")
-            states = await self._generate_all(plan)
+            states = await self._generate_all(plan, tenant)
         except ApiError as error:
             raise LineError(error.code or "invalid_request", error.message, error.status, error.openai_body()) from None
         head = {"id": ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(16), "created": int(time.time()),
@@ -113,10 +114,12 @@ class LineRunner:
         return {**head, "choices": choices, "usage": usage_json(states, plan.choice_count),
                 "system_fingerprint": None}
 
-    async def _generate_all(self, plan: GenerationPlan) -> list[ChoiceState]:
+    async def _generate_all(self, plan: GenerationPlan, tenant: str | None) -> list[ChoiceState]:
         states = []
         for request in plan.requests():
             request.scheduling.priority = types_pb.PRIORITY_BATCH
+            if tenant is not None:
+                request.scheduling.tenant_id = tenant
             state = ChoiceState()
             try:
                 async for response in self._generate.Generate(request, metadata=self._metadata):
