@@ -123,7 +123,11 @@ class ApiKeys:
             return
         with self._lock:
             self._checked_at = time.monotonic()
-            if self._stat_signature() != self._signature:
+            try:
+                changed = self._stat_signature() != self._signature
+            except OSError:  # removed or unreadable: logged by the reload, the keys stay
+                changed = True
+            if changed:
                 self._reload_locked()
 
     def _reload_locked(self) -> bool:

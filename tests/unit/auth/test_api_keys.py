@@ -88,5 +88,7 @@ def test_a_changed_file_is_reloaded_and_a_broken_one_keeps_the_keys(tmp_path: Pa
     assert "not reloaded" in caplog.text and "line 2 is not JSON" in caplog.text
     assert KEY_A not in caplog.text and KEY_OPS not in caplog.text
     assert not keys.reload()
-    _write(path, {"key": KEY_OPS, "tenant": "ops", "admin": True})
+    path.unlink()
+    assert keys.find(KEY_B).tenant == "b"  # a removed file keeps the keys too
+    _write(path, {"key": KEY_OPS, "tenant": "ops", "admin": True})  # back: read again
     assert keys.find(KEY_OPS).admin and keys.find(KEY_A) is None
