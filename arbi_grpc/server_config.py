@@ -59,7 +59,7 @@ class ServerConfig:
             f"(empty: $ARBI_CACHE_DIR/{ADMIN_TOKEN_FILE_NAME})"
     )
     api_keys_file: str = setting(
-        "", "JSON lines of per-caller API keys ({\"key\" or \"sha256\", \"tenant\", \"admin\"}), owner-only; a "
+        "", "JSON lines of per-caller API keys ({\"key\" or \"sha256\", \"tenant\", \"admin\"}) others may not read; a "
             "key's calls run as its tenant whatever the request's tenant field says; re-read when it changes "
             "(empty: no keys)"
     )

@@ -2,8 +2,9 @@
 
 The file (`--api-keys-file`) holds JSON lines, blank lines and `#` comments aside; each line is
 `{"key": "<at least 16 characters>"}` or `{"sha256": "<64 hex digits of the key's SHA-256>"}`, with
-`"tenant": "<non-empty>"` and optionally `"admin": true`. Like the admin token file, it must be readable by
-its owner only. Only the keys' SHA-256 digests are kept; a presented key is hashed and compared with every
+`"tenant": "<non-empty>"` and optionally `"admin": true`. Other users may not access it (a group may read
+it: Kubernetes mounts a Secret owned by root, readable through the pod's fsGroup). Only the keys' SHA-256
+digests are kept; a presented key is hashed and compared with every
 digest through `hmac.compare_digest`. The file is re-read when its modification time, size or inode
 changes (checked at most once per `reload_interval_s`): a file that no longer parses keeps the keys in use
 and logs the error (the path and the line number, never a key).
@@ -15,7 +16,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import stat
 import threading
 import time
@@ -147,9 +147,7 @@ class ApiKeys:
 
     def _read(self) -> tuple[ApiKey, ...]:
         info = self.path.stat()
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        if info.st_mode & stat.S_IRWXO:
             raise InvalidArgumentError("api_keys_file", f"{self.path} is accessible to other users (mode "
-                                                        f"{stat.filemode(info.st_mode)}); chmod 600 it")
-        if info.st_uid != os.geteuid():
-            raise InvalidArgumentError("api_keys_file", f"{self.path} belongs to another user (uid {info.st_uid})")
+                                                        f"{stat.filemode(info.st_mode)}); chmod o-rwx it")
         return parse_api_keys(self.path.read_text(), str(self.path))

@@ -70,8 +70,10 @@ def test_a_missing_or_shared_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="cannot read"):
         ApiKeys(tmp_path / "absent.jsonl")
     path = _write(tmp_path / "keys.jsonl", {"key": KEY_A, "tenant": "a"})
+    path.chmod(0o640)  # a group may read it (a Kubernetes Secret through fsGroup)
+    assert ApiKeys(path).find(KEY_A).tenant == "a"
     path.chmod(0o644)
-    with pytest.raises(InvalidArgumentError, match="chmod 600"):
+    with pytest.raises(InvalidArgumentError, match="chmod o-rwx"):
         ApiKeys(path)
 
 
