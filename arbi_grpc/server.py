@@ -143,7 +143,7 @@ class GrpcServer:
         )
         embedding_service_pb2_grpc.add_EmbeddingServiceServicer_to_server(EmbeddingServicer(self.embeddings), server)
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(self.host, self.config, bool(self.credentials.generate_token), self.embeddings), server
+            AdminServicer(self.host, self.config, self.credentials.generate_guarded, self.embeddings), server
         )
         if self.config.audio:
             audio_service_pb2_grpc.add_AudioServiceServicer_to_server(
@@ -163,7 +163,7 @@ class GrpcServer:
         await self._load_embedding_models()
         if self.host.served is not None:
             self.host.watch_engine(self.host.served.engine)
-        self.data.register(server, self.target, self.credentials.generate_token)
+        self.data.register(server, self.target, self.credentials.internal_token)
         await self._publish_readiness(self.host.readiness()[0])
         if self.observability.metrics_port:
             self.metrics_exporter = MetricsExporter(

@@ -43,6 +43,7 @@ class BatchRecord:
     error_file_id: str = ""
     failure_message: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
+    tenant: str | None = None  # the creating API key's tenant, which every line runs as (None: the line's own)
     in_progress_at: int = 0
     finalizing_at: int = 0
     completed_at: int = 0
@@ -61,12 +62,13 @@ class BatchStore:
         self._database = database
 
     def create(self, input_file_id: str, endpoint: str, completion_window: str,
-               metadata: dict[str, str]) -> BatchRecord:
+               metadata: dict[str, str], tenant: str | None = None) -> BatchRecord:
         if completion_window not in COMPLETION_WINDOW_S:
             raise InvalidArgumentError("completion_window", f"must be 24h, got {completion_window!r}")
         now = int(time.time())
         record = BatchRecord("batch_" + secrets.token_hex(12), endpoint, input_file_id, completion_window,
-                             "validating", now, now + COMPLETION_WINDOW_S[completion_window], metadata=metadata)
+                             "validating", now, now + COMPLETION_WINDOW_S[completion_window], metadata=metadata,
+                             tenant=tenant)
         with self._database.transaction() as connection:
             (seq,) = connection.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM batches").fetchone()
             connection.execute("INSERT INTO batches VALUES (?, ?, ?)", (record.id, seq, _dump(record)))

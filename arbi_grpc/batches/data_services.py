@@ -38,10 +38,11 @@ class DataServices:
         self.runner: BatchRunner | None = None
         self._channel: grpc.aio.Channel | None = None
 
-    def register(self, server: grpc.aio.Server, runner_target: str, generate_token: str) -> None:
-        """Adds both services to `server`; batch lines go to GenerateService at `runner_target`."""
+    def register(self, server: grpc.aio.Server, runner_target: str, runner_token: str) -> None:
+        """Adds both services to `server`; batch lines go to GenerateService at `runner_target` with the
+        server's in-process `runner_token`."""
         self._channel = grpc.aio.insecure_channel(runner_target, options=self._config.grpc_options())
-        metadata = (("authorization", f"Bearer {generate_token}"),) if generate_token else ()
+        metadata = (("authorization", f"Bearer {runner_token}"),)
         self.runner = BatchRunner(self.batches, self.files, LineRunner(self._channel, metadata),
                                   self._config.max_batch_lines_in_flight)
         file_service_pb2_grpc.add_FileServiceServicer_to_server(

@@ -89,10 +89,22 @@ class FileStore:
             raise FileNotFound(f"no file has the id {file_id!r}")
         return FileRecord(*rows[0])
 
-    def list(self, purpose: str = "") -> list[FileRecord]:
+    def page(self, purpose: str = "", after: str = "", limit: int = 10_000,
+             ascending: bool = False) -> tuple[list[FileRecord], bool]:
+        """Up to `limit` files (of `purpose`, empty: all) newest first, or oldest first when `ascending`,
+        after the file `after` (empty: from the first); and whether more follow."""
+        start = (-1, -1) if ascending else (2**62, 2**62)
+        if after:
+            rows = self._database.query("SELECT created_at, rowid FROM files WHERE id = ?", (after,))
+            if not rows:
+                raise FileNotFound(f"no file has the id {after!r} (after)")
+            start = rows[0]
+        direction, compare = ("ASC", ">") if ascending else ("DESC", "<")
         rows = self._database.query(
-            "SELECT * FROM files WHERE ? = '' OR purpose = ? ORDER BY created_at DESC, rowid DESC", (purpose, purpose))
-        return [FileRecord(*row) for row in rows]
+            f"SELECT id, filename, purpose, bytes, created_at FROM files WHERE (? = '' OR purpose = ?) "
+            f"AND (created_at, rowid) {compare} (?, ?) ORDER BY created_at {direction}, rowid {direction} LIMIT ?",
+            (purpose, purpose, *start, limit + 1))
+        return [FileRecord(*row) for row in rows[:limit]], len(rows) > limit
 
     def read(self, file_id: str) -> bytes:
         self.get(file_id)

@@ -7,6 +7,7 @@ from arbi_client.arbi.v1 import batch_service_pb2 as pb
 from arbi_client.arbi.v1 import batch_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import file_types_pb2 as types_pb
 
+from arbi_grpc.auth.caller import caller_tenant
 from arbi_grpc.batches.batch_runner import BatchRunner
 from arbi_grpc.batches.batch_store import BatchRecord, BatchStore
 from arbi_grpc.errors import ArbiError, InvalidArgumentError
@@ -35,7 +36,7 @@ class BatchServicer(pb_grpc.BatchServiceServicer):
     async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext) -> pb.CreateBatchResponse:
         try:
             record = self._runner.create(request.input_file_id, request.endpoint, request.completion_window,
-                                         dict(request.metadata))
+                                         dict(request.metadata), caller_tenant())
         except ArbiError as error:
             await abort_with(context, error)
         return pb.CreateBatchResponse(batch=batch_proto(record))

@@ -15,6 +15,8 @@ from arbi_grpc.batches.file_store import FileRecord, FileStore, FileTooLarge, ch
 from arbi_grpc.errors import ArbiError, InvalidArgumentError
 from arbi_grpc.servicers.status import abort_with
 
+MAX_FILES_PAGE = 10_000  # OpenAI's files.list limit and default
+
 
 def stored_file_proto(record: FileRecord) -> types_pb.StoredFile:
     return types_pb.StoredFile(id=record.id, filename=record.filename, purpose=record.purpose,
@@ -61,7 +63,16 @@ class FileServicer(pb_grpc.FileServiceServicer):
         return pb.UploadFileResponse(file=stored_file_proto(record))
 
     async def ListFiles(self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext) -> pb.ListFilesResponse:
-        return pb.ListFilesResponse(files=[stored_file_proto(record) for record in self._files.list(request.purpose)])
+        try:
+            limit = request.limit or MAX_FILES_PAGE
+            if not 1 <= limit <= MAX_FILES_PAGE:
+                raise InvalidArgumentError("limit", f"must be between 1 and {MAX_FILES_PAGE}, got {limit}")
+            if request.order not in ("", "asc", "desc"):
+                raise InvalidArgumentError("order", f"must be 'asc' or 'desc', got {request.order!r}")
+            records, has_more = self._files.page(request.purpose, request.after, limit, request.order == "asc")
+        except ArbiError as error:
+            await abort_with(context, error)
+        return pb.ListFilesResponse(files=[stored_file_proto(record) for record in records], has_more=has_more)
 
     async def GetFile(self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext) -> pb.GetFileResponse:
         try:

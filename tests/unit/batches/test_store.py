@@ -39,11 +39,30 @@ def test_files_survive_a_reopen_and_delete_removes_content(tmp_path):
     database, files, _ = _stores(tmp_path)
     assert files.get(record.id) == record and record.bytes == 14
     assert b"".join(files.chunks(record.id)) == b"line 1\nline 2\n"
-    assert [entry.id for entry in files.list("batch")] == [record.id] and files.list("user_data") == []
+    assert files.page("batch") == ([record], False) and files.page("user_data") == ([], False)
     files.delete(record.id)
     with pytest.raises(FileNotFound):
         files.get(record.id)
     assert not (tmp_path / "files" / record.id).exists()
+
+
+def test_files_page_in_either_order_after_a_cursor(tmp_path):
+    _, files, _ = _stores(tmp_path)
+    created = [files.create(f"{index}.jsonl", "batch" if index % 2 else "user_data", [b"x"]) for index in range(5)]
+    newest_first = [record.id for record in reversed(created)]
+    pages, after = [], ""
+    while True:
+        page, more = files.page(after=after, limit=2)
+        pages.append([record.id for record in page])
+        if not more:
+            break
+        after = page[-1].id
+    assert pages == [newest_first[:2], newest_first[2:4], newest_first[4:]]
+    oldest_first, _ = files.page(after=created[1].id, limit=10, ascending=True)
+    assert [record.id for record in oldest_first] == [record.id for record in created[2:]]
+    assert files.page("batch", limit=1) == ([created[3]], True)
+    with pytest.raises(FileNotFound, match="after"):
+        files.page(after="file-nope")
 
 
 def test_a_line_is_recorded_once_and_counted_once(tmp_path):
