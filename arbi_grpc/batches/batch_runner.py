@@ -35,7 +35,7 @@ class BatchRunner:
                metadata: dict[str, str], tenant: str | None = None) -> BatchRecord:
         if endpoint not in BATCH_ENDPOINTS:
             raise InvalidArgumentError("endpoint", f"must be one of {', '.join(BATCH_ENDPOINTS)}, got {endpoint!r}")
-        input_file = self._files.get(input_file_id)
+        input_file = self._files.get(input_file_id, tenant)
         if input_file.purpose != "batch":
             raise InvalidArgumentError("input_file_id", f"the file's purpose is {input_file.purpose!r}, not 'batch'")
         lines = self._input_lines(input_file_id)
@@ -48,8 +48,8 @@ class BatchRunner:
         self._start(record.id)
         return record
 
-    def cancel(self, batch_id: str) -> BatchRecord:
-        record = self._store.get(batch_id)
+    def cancel(self, batch_id: str, owner: str | None = None) -> BatchRecord:
+        record = self._store.get(batch_id, owner)
         if record.status in ENDED_STATUSES:
             raise FailedPreconditionError(f"batch {batch_id!r} already ended ({record.status})")
         if record.status not in ("cancelling", "finalizing"):
@@ -141,7 +141,7 @@ class BatchRunner:
             content = "".join(line + "\n" for is_error, line in recorded if is_error is failed).encode()
             if content:
                 stored = self._files.create(f"{batch_id}_{'error' if failed else 'output'}.jsonl",
-                                            BATCH_OUTPUT_PURPOSE, [content])
+                                            BATCH_OUTPUT_PURPOSE, [content], owner=record.tenant)
                 setattr(record, attribute, stored.id)
         record = record.moved_to(ended)
         self._store.save(record)

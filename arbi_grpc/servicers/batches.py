@@ -1,4 +1,5 @@
-"""BatchService: create, get, list (paged) and cancel batches, over the BatchRunner and BatchStore."""
+"""BatchService: create, get, list (paged) and cancel batches, over the BatchRunner and BatchStore; a caller
+with an API key sees only its tenant's batches."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class BatchServicer(pb_grpc.BatchServiceServicer):
 
     async def GetBatch(self, request: pb.GetBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetBatchResponse:
         try:
-            return pb.GetBatchResponse(batch=batch_proto(self._store.get(request.batch_id)))
+            return pb.GetBatchResponse(batch=batch_proto(self._store.get(request.batch_id, caller_tenant())))
         except ArbiError as error:
             await abort_with(context, error)
 
@@ -52,13 +53,13 @@ class BatchServicer(pb_grpc.BatchServiceServicer):
             limit = request.limit or DEFAULT_PAGE
             if not 1 <= limit <= MAX_PAGE:
                 raise InvalidArgumentError("limit", f"must be between 1 and {MAX_PAGE}, got {limit}")
-            records, has_more = self._store.page(request.after, limit)
+            records, has_more = self._store.page(request.after, limit, caller_tenant())
         except ArbiError as error:
             await abort_with(context, error)
         return pb.ListBatchesResponse(batches=[batch_proto(record) for record in records], has_more=has_more)
 
     async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext) -> pb.CancelBatchResponse:
         try:
-            return pb.CancelBatchResponse(batch=batch_proto(self._runner.cancel(request.batch_id)))
+            return pb.CancelBatchResponse(batch=batch_proto(self._runner.cancel(request.batch_id, caller_tenant())))
         except ArbiError as error:
             await abort_with(context, error)

@@ -1,6 +1,6 @@
 """Per-caller API keys on a real server with SmolLM2: a key's calls run as its tenant whatever the request's
 tenant field says (tenant A cannot read tenant B's cached prefixes), keys grant no AdminService unless
-marked admin, unknown keys are UNAUTHENTICATED, a rewritten keys file takes effect without a restart, and the
+marked admin, unknown keys are UNAUTHENTICATED, a tenant's stored files and batches are not found by another, a rewritten keys file takes effect without a restart, and the
 official `openai` SDK's api_key works through the gateway (a bad one gets 401)."""
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from arbi_gateway.process import GatewayProcess
 
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_client.arbi.v1 import admin_service_pb2_grpc as admin_grpc
+from arbi_client.arbi.v1 import batch_service_pb2 as batch_pb
+from arbi_client.arbi.v1 import batch_service_pb2_grpc as batch_grpc
+from arbi_client.arbi.v1 import file_service_pb2 as file_pb
+from arbi_client.arbi.v1 import file_service_pb2_grpc as file_grpc
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
@@ -163,3 +167,28 @@ def test_the_openai_sdk_api_key_through_the_gateway(server, tmp_path) -> None:
     finally:
         gateway.stop()
     wait_for_idle_pool(server.served.engine)
+
+
+def test_a_tenants_files_and_batches_are_invisible_to_another(channel) -> None:
+    files = file_grpc.FileServiceStub(channel)
+    batches = batch_grpc.BatchServiceStub(channel)
+    line = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                       "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}})
+    upload = iter([file_pb.UploadFileRequest(metadata=file_pb.UploadFileMetadata(filename="a.jsonl", purpose="batch")),
+                   file_pb.UploadFileRequest(chunk=line.encode() + b"\n")])
+    stored = files.UploadFile(upload, metadata=_auth(KEY_A), timeout=30).file
+    listed = files.ListFiles(file_pb.ListFilesRequest(), metadata=_auth(KEY_A), timeout=30)
+    assert stored.id in [entry.id for entry in listed.files]
+    assert files.GetFile(file_pb.GetFileRequest(file_id=stored.id), metadata=_auth(KEY_A), timeout=30).file == stored
+    listed = files.ListFiles(file_pb.ListFilesRequest(), metadata=_auth(KEY_B), timeout=30)
+    assert stored.id not in [entry.id for entry in listed.files]
+    for call in (lambda: files.GetFile(file_pb.GetFileRequest(file_id=stored.id), metadata=_auth(KEY_B), timeout=30),
+                 lambda: list(files.GetFileContent(file_pb.GetFileContentRequest(file_id=stored.id),
+                                                   metadata=_auth(KEY_B), timeout=30)),
+                 lambda: files.DeleteFile(file_pb.DeleteFileRequest(file_id=stored.id), metadata=_auth(KEY_B),
+                                          timeout=30),
+                 lambda: batches.CreateBatch(batch_pb.CreateBatchRequest(
+                     input_file_id=stored.id, endpoint="/v1/chat/completions", completion_window="24h"),
+                     metadata=_auth(KEY_B), timeout=30)):
+        assert _code(call)[0] == grpc.StatusCode.NOT_FOUND
+    files.DeleteFile(file_pb.DeleteFileRequest(file_id=stored.id), metadata=_auth(KEY_A), timeout=30)

@@ -1,5 +1,5 @@
 """The data directory's store: atomic writes leave all or nothing, files and batch records survive a reopen,
-a batch line is recorded (and counted) once, paging and state transitions."""
+a batch line is recorded (and counted) once, paging and state transitions, a tenant sees only its own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from arbi_grpc.batches.batch_store import BatchStore
 from arbi_grpc.batches.database import Database
 from arbi_grpc.batches.file_store import FileNotFound, FileStore, FileTooLarge, atomic_write
-from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.errors import InvalidArgumentError, NotFoundError
 
 
 def _stores(directory):
@@ -94,3 +94,38 @@ def test_pages_newest_first(tmp_path):
     assert [entry.id for entry in rest] == ids[2::-1] and not more
     with pytest.raises(InvalidArgumentError):
         batches.create("file-x", "/v1/completions", "1h", {})
+
+
+def test_files_and_batches_are_seen_only_by_their_tenant(tmp_path):
+    _, files, batches = _stores(tmp_path)
+    mine = files.create("a.jsonl", "batch", [b"x\n"], owner="tenant-a")
+    theirs = files.create("b.jsonl", "batch", [b"y\n"], owner="tenant-b")
+    assert files.page(owner="tenant-a") == ([mine], False)
+    assert files.page(ascending=True) == ([mine, theirs], False)  # no owner: every file
+    for read in (files.get, files.read, lambda file_id, owner: list(files.chunks(file_id, owner)), files.delete):
+        with pytest.raises(FileNotFound):
+            read(theirs.id, "tenant-a")
+    with pytest.raises(FileNotFound):
+        files.page(after=theirs.id, owner="tenant-a")
+    batch = batches.create(mine.id, "/v1/chat/completions", "24h", {}, tenant="tenant-a")
+    batches.create(theirs.id, "/v1/chat/completions", "24h", {}, tenant="tenant-b")
+    assert [record.id for record in batches.page("", 10, owner="tenant-a")[0]] == [batch.id]
+    assert len(batches.page("", 10)[0]) == 2
+    assert batches.get(batch.id, "tenant-a") == batch
+    with pytest.raises(NotFoundError):
+        batches.get(batch.id, "tenant-b")
+
+
+def test_a_database_from_before_file_owners_gains_the_column(tmp_path):
+    import sqlite3
+
+    connection = sqlite3.connect(tmp_path / "arbi.sqlite3")
+    connection.execute("CREATE TABLE files (id TEXT PRIMARY KEY, filename TEXT NOT NULL, purpose TEXT NOT NULL, "
+                       "bytes INTEGER NOT NULL, created_at INTEGER NOT NULL)")
+    connection.execute("INSERT INTO files VALUES ('file-old', 'old.jsonl', 'batch', 3, 1)")
+    connection.commit()
+    connection.close()
+    (tmp_path / "files").mkdir()
+    _, files, _ = _stores(tmp_path)
+    assert files.get("file-old").owner is None
+    assert files.create("new.jsonl", "batch", [b"z\n"], owner="t").owner == "t"
