@@ -163,7 +163,7 @@ class GrpcServer:
         await self._load_embedding_models()
         if self.host.served is not None:
             self.host.watch_engine(self.host.served.engine)
-        self.data.register(server, self.target, self.credentials.internal_token)
+        self.data.register(server, self.credentials.internal_token)
         await self._publish_readiness(self.host.readiness()[0])
         if self.observability.metrics_port:
             self.metrics_exporter = MetricsExporter(
