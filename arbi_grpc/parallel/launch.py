@@ -1,0 +1,181 @@
+"""Rank 0's side of a tensor-parallel model: `WorkerRanks.start` spawns ranks 1..N-1 as subprocesses
+(`python -m arbi_grpc.parallel.worker`) that meet rank 0 at a TCP store on 127.0.0.1, and joins the process
+group with them; the handle then sends each step's inputs, keeps idle workers' waits inside the collective
+timeout, watches the processes, and stops them with the engine.
+
+A worker that exits unasked is reported at once (the log names its rank, pid and exit code): the other workers
+are stopped and the engine fails (`Engine.fail`), so the server stops serving and `serve` exits non-zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from arbi_grpc.config import EngineConfig
+from arbi_grpc.engine.step_inputs import StepInputs
+from arbi_grpc.errors import ArbiError
+from arbi_grpc.parallel.group import (
+    COLLECTIVE_TIMEOUT_S,
+    TensorParallelGroup,
+    close_tensor_parallel_group,
+    init_tensor_parallel_group,
+    rank_device,
+)
+from arbi_grpc.parallel.step_broadcast import KEEPALIVE, STOP, broadcast_message
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_S = COLLECTIVE_TIMEOUT_S / 4  # an idle engine sends a keepalive this long after its last message
+WATCH_INTERVAL_S = 0.2
+STOP_WAIT_S = 10.0
+
+
+class RankLostError(ArbiError):
+    """A tensor-parallel rank exited or stopped answering: the model cannot run any more steps."""
+
+    code = "UNAVAILABLE"
+
+
+class FailableEngine(Protocol):
+    def fail(self, error: Exception) -> None: ...
+
+    def call(self, function): ...
+
+
+class WorkerRanks:
+    """Ranks 1..N-1 of the resident model, as rank 0 drives them."""
+
+    def __init__(self, processes: list[subprocess.Popen]) -> None:
+        self.processes = processes  # processes[i] is rank i + 1
+        self._engine: FailableEngine | None = None
+        self._stopping = threading.Event()
+        self._last_sent_s = time.monotonic()
+        self._watcher = threading.Thread(target=self._watch, name="arbi-tp-watch", daemon=True)
+        self._watcher.start()
+
+    @classmethod
+    def start(cls, config: EngineConfig, model_dir: Path, num_blocks: int,
+              max_model_len: int) -> tuple[WorkerRanks, TensorParallelGroup]:
+        """Spawns the workers for `config.tensor_parallel_size` ranks and joins their process group as rank 0
+        (the current process's device becomes GPU 0 on CUDA). Raises RankLostError if the rendezvous fails."""
+        world_size = config.tensor_parallel_size
+        address = f"127.0.0.1:{_free_port()}"
+        settings = json.dumps(dataclasses.asdict(config))
+        processes = [
+            subprocess.Popen([sys.executable, "-m", "arbi_grpc.parallel.worker", "--rank", str(rank),
+                              "--world-size", str(world_size), "--init-address", address,
+                              "--model-dir", str(model_dir), "--num-blocks", str(num_blocks),
+                              "--max-model-len", str(max_model_len), "--config", settings])
+            for rank in range(1, world_size)
+        ]
+        ranks = cls(processes)
+        log.info("tensor parallelism: started ranks 1..%d (pids %s), meeting at %s", world_size - 1,
+                 ", ".join(str(process.pid) for process in processes), address)
+        try:
+            group = init_tensor_parallel_group(0, world_size, address, rank_device(torch.device(config.device), 0))
+        except BaseException as error:
+            ranks.close()
+            if isinstance(error, NotImplementedError):
+                raise
+            raise RankLostError(f"tensor-parallel ranks did not meet at {address}: {error}") from error
+        return ranks, group
+
+    def wait_ready(self) -> None:
+        """Waits until every worker holds its shard and KV pool (the workers' barrier); they profile the largest
+        step next, with rank 0's `measure_budget`."""
+        import torch.distributed as dist
+
+        try:
+            dist.barrier()
+        except RuntimeError as error:
+            raise RankLostError(f"a tensor-parallel rank failed while loading its shard ({self._exits()}): "
+                                f"{error}") from error
+
+    def watch(self, engine: FailableEngine) -> None:
+        """From now on a lost worker fails `engine`, and an idle `engine` sends the workers keepalives."""
+        self._engine = engine
+        threading.Thread(target=self._keep_alive, name="arbi-tp-keepalive", daemon=True).start()
+
+    def send_step(self, inputs: StepInputs, input_ids: Tensor) -> None:
+        """On the engine thread: the workers run the step `inputs` lays out on `input_ids` with rank 0."""
+        self._last_sent_s = time.monotonic()
+        broadcast_message(inputs, input_ids)
+
+    def close(self) -> None:
+        """Stops the workers (the stop message when all are up, then SIGTERM and SIGKILL for any still running
+        after STOP_WAIT_S) and leaves the process group. On the engine thread once its loop has ended."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if all(process.poll() is None for process in self.processes):
+            try:
+                broadcast_message(STOP)
+            except RuntimeError as error:
+                log.warning("tensor parallelism: the stop message did not reach every rank (%s)", error)
+        for process in self.processes:
+            _end(process)
+        close_tensor_parallel_group()
+        log.info("tensor parallelism: worker ranks stopped (%s)", self._exits())
+
+    def _send_keepalive(self) -> None:
+        if not self._stopping.is_set() and time.monotonic() - self._last_sent_s >= KEEPALIVE_S:
+            self._last_sent_s = time.monotonic()
+            broadcast_message(KEEPALIVE)
+
+    def _keep_alive(self) -> None:
+        while not self._stopping.wait(KEEPALIVE_S / 4):
+            if time.monotonic() - self._last_sent_s >= KEEPALIVE_S and self._engine is not None:
+                self._engine.call(self._send_keepalive)  # on the engine thread, between its steps
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(WATCH_INTERVAL_S):
+            lost = [(rank, process) for rank, process in enumerate(self.processes, start=1)
+                    if process.poll() is not None]
+            if not lost:
+                continue
+            if self._stopping.is_set():
+                return
+            rank, process = lost[0]
+            error = RankLostError(f"tensor-parallel rank {rank} (pid {process.pid}) exited with code "
+                                  f"{process.returncode}; the model cannot run without it")
+            log.error("%s: stopping the other ranks and the engine", error)
+            for other in self.processes:
+                if other.poll() is None:
+                    other.kill()
+            if self._engine is not None:
+                self._engine.fail(error)
+            return
+
+    def _exits(self) -> str:
+        return ", ".join(f"rank {rank}: {'running' if process.poll() is None else f'exit {process.returncode}'}"
+                         for rank, process in enumerate(self.processes, start=1))
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Waits for `process` to exit, terminating and then killing it if it does not in time."""
+    for signal_process in (None, process.terminate, process.kill):
+        if signal_process is not None:
+            signal_process()
+        try:
+            process.wait(timeout=STOP_WAIT_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
