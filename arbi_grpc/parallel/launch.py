@@ -154,6 +154,7 @@ class WorkerRanks:
             for other in self.processes:
                 if other.poll() is None:
                     other.kill()
+                    other.wait()
             if self._engine is not None:
                 self._engine.fail(error)
             return
