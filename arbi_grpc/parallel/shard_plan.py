@@ -5,18 +5,20 @@ Column-parallel (split along the output rows): q/k/v projections (whole heads: r
 r*H/N .. and the KV heads they read, r*Hkv/N ..), the MLP gate and up projections, the embedding and the
 LM head (vocabulary slices). Row-parallel (split along the input columns): the attention output projection and
 the MLP down projection, whose partial sums the decoder all-reduces; their bias, when present, is held by rank
-0 alone so the sum counts it once. Norm weights are replicated.
+0 alone so the sum counts it once. Norm weights are replicated. Imports no torch (`plan` sizes ranks with it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.models.config import ModelConfig
+
+if TYPE_CHECKING:  # `plan` imports this module without torch
+    from torch import Tensor
 
 _COLUMN_PARALLEL = re.compile(
     r"(model\.embed_tokens\.weight|lm_head\.weight"
