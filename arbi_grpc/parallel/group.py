@@ -82,15 +82,21 @@ def init_tensor_parallel_group(rank: int, world_size: int, init_address: str,
                                device: torch.device) -> TensorParallelGroup:
     """Joins the process group of `world_size` ranks meeting at `init_address` (host:port of rank 0's TCP store)
     on `device`'s backend; the rendezvous and every later collective time out after COLLECTIVE_TIMEOUT_S."""
+    check_no_tensor_parallel_group()
+    options = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend_for(device), init_method=f"tcp://{init_address}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S), **options)
+    return TensorParallelGroup(rank, world_size)
+
+
+def check_no_tensor_parallel_group() -> None:
+    """Raises NotImplementedError when this process is in a process group already: one tensor-parallel model
+    per server process."""
     if dist.is_initialized():
         raise NotImplementedError(
             "one tensor-parallel model per server process: its ranks are up already (a SwitchModel to another "
             "tensor-parallel model is not supported; unload the resident model, then LoadModel)"
         )
-    options = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend_for(device), init_method=f"tcp://{init_address}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S), **options)
-    return TensorParallelGroup(rank, world_size)
 
 
 def close_tensor_parallel_group() -> None:

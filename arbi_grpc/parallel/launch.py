@@ -17,18 +17,22 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.step_inputs import StepInputs
-from arbi_grpc.errors import ArbiError
+from arbi_grpc.errors import ArbiError, UnavailableError
 from arbi_grpc.parallel.group import (
     COLLECTIVE_TIMEOUT_S,
     TensorParallelGroup,
+    check_no_tensor_parallel_group,
     close_tensor_parallel_group,
     init_tensor_parallel_group,
     rank_device,
@@ -49,9 +53,11 @@ class RankLostError(ArbiError):
 
 
 class FailableEngine(Protocol):
+    """What the ranks need of the engine (`engine.Engine`)."""
+
     def fail(self, error: Exception) -> None: ...
 
-    def call(self, function): ...
+    def call(self, function: Callable[[], Any]) -> Future: ...
 
 
 class WorkerRanks:
@@ -60,6 +66,8 @@ class WorkerRanks:
     def __init__(self, processes: list[subprocess.Popen]) -> None:
         self.processes = processes  # processes[i] is rank i + 1
         self._engine: FailableEngine | None = None
+        self._joined = False  # rank 0 is in the process group
+        self._ready = False  # every worker passed the barrier: each one waits for messages from here on
         self._stopping = threading.Event()
         self._last_sent_s = time.monotonic()
         self._watcher = threading.Thread(target=self._watch, name="arbi-tp-watch", daemon=True)
@@ -70,6 +78,7 @@ class WorkerRanks:
               max_model_len: int) -> tuple[WorkerRanks, TensorParallelGroup]:
         """Spawns the workers for `config.tensor_parallel_size` ranks and joins their process group as rank 0
         (the current process's device becomes GPU 0 on CUDA). Raises RankLostError if the rendezvous fails."""
+        check_no_tensor_parallel_group()  # before any worker starts
         world_size = config.tensor_parallel_size
         address = f"127.0.0.1:{_free_port()}"
         settings = json.dumps(dataclasses.asdict(config))
@@ -87,21 +96,20 @@ class WorkerRanks:
             group = init_tensor_parallel_group(0, world_size, address, rank_device(torch.device(config.device), 0))
         except BaseException as error:
             ranks.close()
-            if isinstance(error, NotImplementedError):
-                raise
-            raise RankLostError(f"tensor-parallel ranks did not meet at {address}: {error}") from error
+            raise RankLostError(f"tensor-parallel ranks did not meet at {address} ({ranks._exits()}): "
+                                f"{error}") from error
+        ranks._joined = True
         return ranks, group
 
     def wait_ready(self) -> None:
         """Waits until every worker holds its shard and KV pool (the workers' barrier); they profile the largest
         step next, with rank 0's `measure_budget`."""
-        import torch.distributed as dist
-
         try:
             dist.barrier()
         except RuntimeError as error:
             raise RankLostError(f"a tensor-parallel rank failed while loading its shard ({self._exits()}): "
                                 f"{error}") from error
+        self._ready = True
 
     def watch(self, engine: FailableEngine) -> None:
         """From now on a lost worker fails `engine`, and an idle `engine` sends the workers keepalives."""
@@ -114,19 +122,21 @@ class WorkerRanks:
         broadcast_message(inputs, input_ids)
 
     def close(self) -> None:
-        """Stops the workers (the stop message when all are up, then SIGTERM and SIGKILL for any still running
-        after STOP_WAIT_S) and leaves the process group. On the engine thread once its loop has ended."""
+        """Stops the workers (the stop message when all are up and waiting for messages, then SIGTERM and
+        SIGKILL for any still running after STOP_WAIT_S) and leaves the process group. On the engine thread once
+        its loop has ended, or on the boot's thread when the boot fails."""
         if self._stopping.is_set():
             return
         self._stopping.set()
-        if all(process.poll() is None for process in self.processes):
+        if self._ready and all(process.poll() is None for process in self.processes):
             try:
                 broadcast_message(STOP)
             except RuntimeError as error:
                 log.warning("tensor parallelism: the stop message did not reach every rank (%s)", error)
         for process in self.processes:
             _end(process)
-        close_tensor_parallel_group()
+        if self._joined:
+            close_tensor_parallel_group()
         log.info("tensor parallelism: worker ranks stopped (%s)", self._exits())
 
     def _send_keepalive(self) -> None:
@@ -137,7 +147,16 @@ class WorkerRanks:
     def _keep_alive(self) -> None:
         while not self._stopping.wait(KEEPALIVE_S / 4):
             if time.monotonic() - self._last_sent_s >= KEEPALIVE_S and self._engine is not None:
-                self._engine.call(self._send_keepalive)  # on the engine thread, between its steps
+                # On the engine thread, between its steps.
+                self._engine.call(self._send_keepalive).add_done_callback(self._keepalive_sent)
+
+    def _keepalive_sent(self, future: Future) -> None:
+        error = future.exception()
+        if isinstance(error, UnavailableError):  # the engine is stopping; its loop's end stops the ranks
+            return
+        if error is not None and not self._stopping.is_set() and self._engine is not None:
+            log.error("tensor parallelism: a keepalive did not reach the worker ranks (%r): stopping the engine", error)
+            self._engine.fail(RankLostError(f"the worker ranks stopped answering ({error!r})"))
 
     def _watch(self) -> None:
         while not self._stopping.wait(WATCH_INTERVAL_S):
