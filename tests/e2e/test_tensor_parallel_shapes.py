@@ -1,12 +1,13 @@
 """Tensor parallelism on random-weight Llama and Qwen3 shapes (CPU, gloo): an engine at two ranks gives the
 greedy tokens and prompt log-probabilities of the one-rank engine, through chunked prefill and a prefix-cache
-hit, and its KV pool is free afterwards. Qwen3 carries q/k/v and output-projection biases (the latter held by
+hit, after idling long enough for rank 0's keepalives, and its KV pool is free afterwards. Qwen3 carries q/k/v and output-projection biases (the latter held by
 rank 0 alone) and per-head q/k norms; Llama has an untied LM head."""
 
 from __future__ import annotations
 
 import math
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.offline import generate
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+from arbi_grpc.parallel import launch
 from arbi_grpc.models.random_weights import write_random_checkpoint
 from arbi_grpc.served_model import build_served_model
 from tests.conftest import wait_for_idle_pool
@@ -30,6 +32,7 @@ COMMON = {"vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num
           "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
 PREFIX = tuple(range(100, 140))  # 40 tokens: two full blocks of 16 are reused by the second request
 LOGPROB_TOLERANCE = 1e-4
+KEEPALIVE_S = 0.3  # instead of launch.KEEPALIVE_S, so the idle engine sends some before the requests
 
 
 def _outputs(model_dir: Path, world_size: int) -> list[tuple[list[int], list[float], list[float]]]:
@@ -37,6 +40,7 @@ def _outputs(model_dir: Path, world_size: int) -> list[tuple[list[int], list[flo
         model=str(model_dir), tensor_parallel_size=world_size, kv_cache_memory_mib=8, max_model_len=256,
         max_running_requests=4, max_step_tokens=64, max_prefill_chunk_tokens=16, overlap_steps=True))
     try:
+        time.sleep(5 * KEEPALIVE_S)
         results = []
         # One after the other: the second reuses the first's blocks; the third scores its prompt (no reuse).
         prompts = ((PREFIX + (5,), False), (PREFIX + (7, 8, 9), False), (tuple(range(300, 350)), True))
@@ -56,11 +60,22 @@ def _outputs(model_dir: Path, world_size: int) -> list[tuple[list[int], list[flo
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_two_ranks_give_the_outputs_of_one(shape: str, smollm2_dir: Path, tmp_path: Path) -> None:
+def test_two_ranks_give_the_outputs_of_one(shape: str, smollm2_dir: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[str] = []
+
+    def recording(message, input_ids=None) -> None:
+        sent.append(message if isinstance(message, str) else "step")
+        broadcast(message, input_ids)
+
+    broadcast = launch.broadcast_message
+    monkeypatch.setattr(launch, "KEEPALIVE_S", KEEPALIVE_S)
+    monkeypatch.setattr(launch, "broadcast_message", recording)
     model_dir = write_random_checkpoint({**COMMON, **SHAPES[shape]}, tmp_path / shape, torch.float32, seed=11)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(smollm2_dir / name, model_dir / name)
     single, split = _outputs(model_dir, 1), _outputs(model_dir, 2)
+    assert sent[0] == "keepalive" and sent.count("step") > 3 and sent[-1] == "stop", sent
     for (tokens, logprobs, prompt), (split_tokens, split_logprobs, split_prompt) in zip(single, split):
         assert split_tokens == tokens
         assert all(math.isclose(a, b, abs_tol=LOGPROB_TOLERANCE) for a, b in zip(logprobs + prompt,
