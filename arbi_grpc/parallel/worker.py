@@ -2,8 +2,9 @@
 (`launch.WorkerRanks.start`). It joins the process group, loads its shard of the model and a KV pool of its KV
 heads (as many blocks as rank 0's), reports ready at a barrier, profiles the largest step's activations with
 rank 0 (the same `ProfileStep`, so the collectives pair up) and logs its memory, then runs each step rank 0
-broadcasts until the stop. It samples nothing: its logits slice goes to rank 0 in the gather. Any error, a lost rank 0 included (a
-collective fails or times out), ends the process with a non-zero exit and the traceback on stderr.
+broadcasts until the stop. It samples nothing: its logits slice goes to rank 0 in the gather. Any error, a lost
+rank 0 included (a collective fails or times out), ends the process with a non-zero exit and the traceback on
+stderr.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Tensor parallelism on random-weight Llama and Qwen3 shapes (CPU, gloo): an engine at two ranks gives the
 greedy tokens and prompt log-probabilities of the one-rank engine, through chunked prefill and a prefix-cache
-hit, after idling long enough for rank 0's keepalives, and its KV pool is free afterwards. Qwen3 carries q/k/v and output-projection biases (the latter held by
-rank 0 alone) and per-head q/k norms; Llama has an untied LM head."""
+hit, after idling long enough for rank 0's keepalives, and its KV pool is free afterwards. Qwen3 carries q/k/v
+and output-projection biases (the latter held by rank 0 alone) and per-head q/k norms; Llama has an untied LM
+head."""
 
 from __future__ import annotations
 
