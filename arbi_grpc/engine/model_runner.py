@@ -93,6 +93,8 @@ class StepSender(Protocol):
 
     def send_step(self, inputs: StepInputs, input_ids: Tensor) -> None: ...
 
+    def abandon(self, error: Exception) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -148,9 +150,7 @@ class ModelRunner:
             input_ids = tensor_on_device_no_sync(layout.input_ids, torch.int64, self.device)
             if carried is not None:
                 carried.write_into(input_ids)
-            if self.ranks is not None:
-                self.ranks.send_step(inputs, input_ids)
-            logits = forward_logits(self.model, self.kv_cache, self.block_size, inputs, input_ids)  # [N, V] float32
+            logits = self._forward_logits(inputs, input_ids)  # [N, V] float32
         sequences = [chunk.sequence for chunk, _ in layout.sample_rows]
         sample = None
         if layout.sample_rows:
@@ -161,6 +161,18 @@ class ModelRunner:
             tokens = chunk.sequence.token_ids[chunk.start: chunk.start + count + 1]
             prompt_logprobs[chunk.sequence] = score_prompt(logits[first: first + count], tokens)
         return LaunchedStep(sequences, sample, prompt_logprobs)
+
+    def _forward_logits(self, inputs: StepInputs, input_ids: Tensor) -> Tensor:
+        """`forward_logits`, on every tensor-parallel rank when there are others: a failure partway leaves them
+        out of step, so it abandons them (and the engine) before it fails the step."""
+        if self.ranks is None:
+            return forward_logits(self.model, self.kv_cache, self.block_size, inputs, input_ids)
+        try:
+            self.ranks.send_step(inputs, input_ids)
+            return forward_logits(self.model, self.kv_cache, self.block_size, inputs, input_ids)
+        except Exception as error:
+            self.ranks.abandon(error)
+            raise
 
     @staticmethod
     def _carried(layout: _BatchLayout, previous: LaunchedStep | None) -> CarriedTokens | None:

@@ -69,6 +69,7 @@ class WorkerRanks:
         self._joined = False  # rank 0 is in the process group
         self._ready = False  # every worker passed the barrier: each one waits for messages from here on
         self._stopping = threading.Event()
+        self._abandoned = threading.Event()  # `abandon` killed the workers: their exits are not news
         self._last_sent_s = time.monotonic()
         self._watcher = threading.Thread(target=self._watch, name="arbi-tp-watch", daemon=True)
         self._watcher.start()
@@ -121,6 +122,16 @@ class WorkerRanks:
         self._last_sent_s = time.monotonic()
         broadcast_message(inputs, input_ids)
 
+    def abandon(self, error: Exception) -> None:
+        """On the engine thread, when a step failed on rank 0 partway: the ranks' collectives are out of step,
+        so the workers are killed and the engine fails (the step's own failure does not stop the server)."""
+        lost = RankLostError(f"a step failed on rank 0 ({error!r}); the tensor-parallel ranks are out of step")
+        log.error("%s: stopping the worker ranks and the engine", lost)
+        self._abandoned.set()
+        self._kill_workers()
+        if self._engine is not None:
+            self._engine.fail(lost)
+
     def close(self) -> None:
         """Stops the workers (the stop message when all are up and waiting for messages, then SIGTERM and
         SIGKILL for any still running after STOP_WAIT_S) and leaves the process group. On the engine thread once
@@ -128,7 +139,7 @@ class WorkerRanks:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        if self._ready and all(process.poll() is None for process in self.processes):
+        if self._ready and not self._abandoned.is_set() and all(process.poll() is None for process in self.processes):
             try:
                 broadcast_message(STOP)
             except RuntimeError as error:
@@ -164,19 +175,22 @@ class WorkerRanks:
                     if process.poll() is not None]
             if not lost:
                 continue
-            if self._stopping.is_set():
+            if self._stopping.is_set() or self._abandoned.is_set():
                 return
             rank, process = lost[0]
             error = RankLostError(f"tensor-parallel rank {rank} (pid {process.pid}) exited with code "
                                   f"{process.returncode}; the model cannot run without it")
             log.error("%s: stopping the other ranks and the engine", error)
-            for other in self.processes:
-                if other.poll() is None:
-                    other.kill()
-                    other.wait()
+            self._kill_workers()
             if self._engine is not None:
                 self._engine.fail(error)
             return
+
+    def _kill_workers(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
     def _exits(self) -> str:
         return ", ".join(f"rank {rank}: {'running' if process.poll() is None else f'exit {process.returncode}'}"
