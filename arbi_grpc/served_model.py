@@ -72,11 +72,11 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
     pool (of its KV heads; every rank holds as many blocks).
     """
     world_size = config.tensor_parallel_size
-    set_rank_threads(config, world_size)
     limit = memory_limit(config)  # read before this process allocates anything
     resolved = resolve_model(config.model)
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
     rank_declared = per_rank_model_config(declared, world_size)  # refuses shapes that do not split
+    set_rank_threads(config, world_size)
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
     kv_pool = plan_default_kv_pool(config, rank_declared, limit, tkv_calibration, host_components)
     estimate_budget(config, rank_declared, kv_pool, limit, host_components).check_fits()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,14 @@ COMMON = {"vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num
 PREFIX = tuple(range(100, 140))  # 40 tokens: two full blocks of 16 are reused by the second request
 LOGPROB_TOLERANCE = 1e-4
 KEEPALIVE_S = 0.3  # instead of launch.KEEPALIVE_S, so the idle engine sends some before the requests
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads() -> Iterator[None]:
+    """Rank 0 here is the test process: the threads it takes for its share of the cores go back afterwards."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def _outputs(model_dir: Path, world_size: int) -> list[tuple[list[int], list[float], list[float]]]:
