@@ -108,7 +108,15 @@ class _EngineFields(SchedulingLimits):
         True, "launch each engine step before reading the previous one's tokens, so the device never waits "
               "for the host's bookkeeping (outputs are the same either way)"
     )
-    torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")
+    torch_threads: int = setting(
+        0, "CPU threads used by torch in each rank (0 = torch's default; under tensor parallelism on the CPU, the "
+           "cores shared evenly among the ranks)"
+    )
+    tensor_parallel_size: int = setting(
+        1, "ranks the model is split across (tensor parallelism over torch.distributed: gloo on cpu, NCCL on cuda, "
+           "one GPU per rank); the server spawns ranks 1..N-1 itself. Heads, KV heads, intermediate size and "
+           "vocabulary must divide by it"
+    )
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
            "(0 = what the machine offers at boot)"
@@ -138,6 +146,7 @@ class EngineConfig(_EngineFields):
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
+        check_tensor_parallel(self)
         if self.memory_limit_mib < 0:
             raise InvalidArgumentError("memory_limit_mib", f"must be >= 0, got {self.memory_limit_mib}")
         if self.attention_backend in ("triton", "flashinfer") and self.device != "cuda":
@@ -228,6 +237,26 @@ def resolve_auto_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if resolved["kv_cache_dtype"] == "auto":
         resolved["kv_cache_dtype"] = resolved["dtype"]
     return {**settings, **resolved}
+
+
+def check_tensor_parallel(config: EngineConfig) -> None:
+    """--tensor-parallel-size: >= 1; above 1, the features whose worker-rank side is not built are refused
+    (NotImplementedError naming the flag to change)."""
+    size = config.tensor_parallel_size
+    if size < 1:
+        raise InvalidArgumentError("tensor_parallel_size", f"must be >= 1, got {size}")
+    if size == 1:
+        return
+    if config.kv_cache_dtype == "tkv":
+        raise NotImplementedError(
+            f"--tensor-parallel-size {size} with --kv-cache-dtype tkv: the calibration bundle is not split by KV "
+            "head across ranks yet; use --kv-cache-dtype auto, or --tensor-parallel-size 1"
+        )
+    if config.device == "cuda" and config.cuda_graph_max_batch > 0:
+        raise NotImplementedError(
+            f"--tensor-parallel-size {size} with CUDA graphs: the worker ranks run every step eagerly and capture "
+            "no graph; pass --cuda-graph-max-batch 0"
+        )
 
 
 def check_kv_exact_blocks(exact_blocks: int, block_size: int) -> None:

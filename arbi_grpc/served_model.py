@@ -1,5 +1,7 @@
 """Assembles a ready-to-serve engine from an EngineConfig: resolve and load the model, size the paged KV
 cache, check the memory budget, and wire scheduler, model runner, tokenizer, output processing and metrics.
+With --tensor-parallel-size N > 1 this process is rank 0: it spawns the other ranks (`parallel.launch`), holds
+its own shard, and sizes and checks the KV pool and memory budget per rank.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from arbi_grpc.models.model_cache import resolve_model
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
 from arbi_grpc.observability.engine_observer import EngineObserver
 from arbi_grpc.observability.metrics import ModelMetrics
+from arbi_grpc.parallel.group import SINGLE_RANK
+from arbi_grpc.parallel.launch import WorkerRanks
+from arbi_grpc.parallel.shard_plan import per_rank_model_config
+from arbi_grpc.parallel.threads import set_rank_threads
 from arbi_grpc.text.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
@@ -62,29 +68,44 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
 
     The budget is checked twice, failing with ResourceExhaustedError that names the component: estimated
     from config.json before anything is loaded, then measured once the weights and KV pool are allocated
-    and the largest step has been profiled.
+    and the largest step has been profiled. Under tensor parallelism both are rank 0's: its shard and its KV
+    pool (of its KV heads; every rank holds as many blocks).
     """
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
+    world_size = config.tensor_parallel_size
     limit = memory_limit(config)  # read before this process allocates anything
     resolved = resolve_model(config.model)
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
+    rank_declared = per_rank_model_config(declared, world_size)  # refuses shapes that do not split
+    set_rank_threads(config, world_size)
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
-    kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration, host_components)
-    estimate_budget(config, declared, kv_pool, limit, host_components).check_fits()
+    kv_pool = plan_default_kv_pool(config, rank_declared, limit, tkv_calibration, host_components)
+    estimate_budget(config, rank_declared, kv_pool, limit, host_components).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
     backend = select_attention_backend(config)
-    model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend)
-    tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
-    kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)
-    runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend)
-    budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes,
-                            host_components=host_components)
-    budget.check_fits()
+    ranks, group = (None, SINGLE_RANK) if world_size == 1 else WorkerRanks.start(config, resolved.directory,
+                                                                                 num_blocks, max_model_len)
+    try:
+        model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend,
+                                         tensor_parallel=group)
+        tokenizer = TextTokenizer.from_model_dir(resolved.directory)
+        kv_cache = build_kv_cache(config, per_rank_model_config(model_config, world_size), num_blocks,
+                                  tkv_calibration)
+        if ranks is not None:
+            ranks.wait_ready()
+        runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend, ranks)
+        budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes,
+                                host_components=host_components)
+        budget.check_fits()
+    except BaseException:
+        if ranks is not None:
+            ranks.close()
+        raise
     metrics = ModelMetrics()
     engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics))
+    if ranks is not None:
+        ranks.watch(engine)
     metrics.watch(engine, budget, {"model": resolved.name, "architecture": model_config.architecture,
                                    "dtype": config.dtype, "device": config.device}, config.enable_prefix_cache)
     engine.start()
@@ -115,11 +136,12 @@ def build_runner(
     config: EngineConfig,
     max_model_len: int,
     backend: AttentionBackend,
+    ranks: WorkerRanks | None = None,
 ) -> tuple[ModelRunner, int]:
-    """The model runner, with its decode steps captured as CUDA graphs when on CUDA and the backend allows;
-    returns it and the bytes the capture kept reserved (0 without graphs). Capture before profiling memory:
-    a capture empties the allocator's cache."""
-    runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device)
+    """The model runner (rank 0's when `ranks` are the other tensor-parallel ranks), with its decode steps
+    captured as CUDA graphs when on CUDA and the backend allows; returns it and the bytes the capture kept
+    reserved (0 without graphs). Capture before profiling memory: a capture empties the allocator's cache."""
+    runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device, ranks)
     graph_batch = config.cuda_graph_batch
     if kv_cache.device.type != "cuda" or graph_batch == 0 or not backend.cuda_graph_safe:
         return runner, 0

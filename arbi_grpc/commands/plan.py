@@ -37,6 +37,7 @@ def _plan(args: argparse.Namespace) -> int:
     from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
     from arbi_grpc.memory.limits import memory_limit
     from arbi_grpc.memory.model_source import read_model_source, reference_model_source
+    from arbi_grpc.parallel.shard_plan import per_rank_model_config
 
     config = resolve(EngineConfig, args)
     if config.kv_cache_dtype == "tkv":
@@ -45,7 +46,8 @@ def _plan(args: argparse.Namespace) -> int:
             "not read (the bundle is checked against the model's weights); a boot logs the measured budget"
         )
     source = reference_model_source(args.shape) if args.shape else read_model_source(config.model)
-    model = source.config
+    world_size = config.tensor_parallel_size
+    model = per_rank_model_config(source.config, world_size)  # one rank's heads, KV heads and MLP under TP
     limit = memory_limit(config)
     audio = estimated_audio_component() if args.audio else None
     host_components = (audio,) if audio else ()
@@ -55,9 +57,11 @@ def _plan(args: argparse.Namespace) -> int:
         print(json.dumps({"model": source.name, "read_from": source.read_from,
                           "max_model_len": kv_pool.max_model_len, **budget.as_dict()}, indent=2))
     else:
-        print(f"{source.name}: {model.architecture}, {model.num_layers} layers, hidden {model.hidden_size}, "
-              f"{model.num_heads}/{model.num_kv_heads} heads x {model.head_dim}, vocab {model.vocab_size} "
-              f"(read from {source.read_from})")
+        whole = source.config
+        print(f"{source.name}: {whole.architecture}, {whole.num_layers} layers, hidden {whole.hidden_size}, "
+              f"{whole.num_heads}/{whole.num_kv_heads} heads x {whole.head_dim}, vocab {whole.vocab_size} "
+              f"(read from {source.read_from})" + (f"; the budget of one of {world_size} tensor-parallel ranks"
+                                                   if world_size > 1 else ""))
         rows = [(c.name, f"{c.num_bytes / MIB:,.1f}", c.detail) for c in budget.components]
         rows.append(("total", f"{budget.total_bytes / MIB:,.1f}",
                      f"limit {budget.limit_bytes / MIB:,.1f} MiB ({budget.limit.source})"))

@@ -70,6 +70,11 @@ class _Shutdown:
     error: ArbiError  # ends every request still in the engine
 
 
+@dataclass(frozen=True)
+class _Fail:
+    error: Exception  # raised in the loop, which then fails as on a defect of its own
+
+
 class Engine:
     """Continuous batching over a paged KV cache, driven by a background thread."""
 
@@ -211,6 +216,11 @@ class Engine:
             self._thread.join()
             self._thread = None
 
+    def fail(self, error: Exception) -> None:
+        """From any thread: the loop fails with `error` once it takes its next task (a lost tensor-parallel
+        rank): every request ends, `failure` is set and `on_failure` called, as on a defect of the loop."""
+        self._tasks.put(_Fail(error))
+
     # -- the engine thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -223,6 +233,8 @@ class Engine:
                     self.step()
         except Exception as error:  # a defect in the loop itself: end everything loudly, never leave a stream hanging
             self._fail(error)
+        finally:
+            self.runner.close()  # the other tensor-parallel ranks, if any, stop with the loop
 
     def _fail(self, error: Exception) -> None:
         """Ends every request (INTERNAL), answers every queued task, and refuses new ones (UNAVAILABLE)."""
@@ -265,6 +277,8 @@ class Engine:
             if isinstance(task, _Shutdown):
                 self._abort_all(task.error)
                 return False
+            if isinstance(task, _Fail):
+                raise task.error
             if isinstance(task, _Submit):
                 self._add(task)
                 with self._lock:
