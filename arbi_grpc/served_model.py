@@ -1,11 +1,12 @@
 """Assembles a ready-to-serve engine from an EngineConfig: resolve and load the model, size the paged KV
-cache, check the memory budget, and wire scheduler, model runner, tokenizer, output processing and metrics.
+cache, check the memory budget (with what the server already holds, `Placement`), and wire scheduler, model
+runner, tokenizer, output processing and metrics.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -21,11 +22,13 @@ from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
-from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent
+from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent, MemoryLimit
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
 from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget, reserved_growth
+from arbi_grpc.memory.residents import with_residents
+from arbi_grpc.model_specs import parse_model_spec
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
@@ -37,6 +40,23 @@ from arbi_grpc.observability.metrics import ModelMetrics
 from arbi_grpc.text.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a model loads beside: the components the server already holds (other models, counted ahead of its
+    own), the host components every budget lists (the audio models, on a CPU engine), the server's memory limit
+    (None: read now, before anything is allocated) and how many chat models, this one included, still share
+    what is free for default KV pools (`kv_pool_default.py`)."""
+
+    residents: tuple[MemoryComponent, ...] = ()
+    host_components: tuple[MemoryComponent, ...] = ()
+    limit: MemoryLimit | None = None
+    kv_pool_share: int = 1
+    resident_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "resident_bytes", sum(c.num_bytes for c in self.residents))
 
 
 @dataclass(frozen=True)
@@ -52,26 +72,33 @@ class ServedModel:
     parameter_count: int
     weight_bytes: int
     kv_block_bytes: int  # one block over all layers, keys and values (state per first block or batch slot is apart)
-    memory_budget: MemoryBudget  # measured at boot
+    memory_budget: MemoryBudget  # its own components, measured at its load (the other residents are apart)
     metrics: ModelMetrics
 
 
-def build_served_model(config: EngineConfig, host_components: tuple[MemoryComponent, ...] = ()) -> ServedModel:
-    """Checks the memory budget, loads the model and starts its engine thread. `host_components` are what else
-    the server keeps in host memory (the audio models), counted in a CPU engine's budget.
+def build_served_model(config: EngineConfig, placement: Placement = Placement()) -> ServedModel:
+    """Checks the memory budget, loads the model and starts its engine thread. `config.model` is SPEC or
+    NAME=SPEC (served under NAME; else under the model's own name).
 
-    The budget is checked twice, failing with ResourceExhaustedError that names the component: estimated
-    from config.json before anything is loaded, then measured once the weights and KV pool are allocated
-    and the largest step has been profiled.
+    The budget is checked twice, failing with ResourceExhaustedError that names the model and the component:
+    estimated from config.json before anything is loaded, then measured once the weights and KV pool are
+    allocated and the largest step has been profiled; both times with `placement.residents` ahead of the
+    model's own components.
     """
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    limit = memory_limit(config)  # read before this process allocates anything
-    resolved = resolve_model(config.model)
+    limit = placement.limit or memory_limit(config)  # read before this process allocates anything
+    requested = parse_model_spec(config.model)
+    resolved = resolve_model(requested.spec)
+    name = requested.name or resolved.name
+    host_components = placement.host_components
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
-    kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration, host_components)
-    estimate_budget(config, declared, kv_pool, limit, host_components).check_fits()
+    subject = f"model {name!r}"
+    kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration, host_components, placement.residents,
+                                   placement.kv_pool_share, subject)
+    with_residents(estimate_budget(config, declared, kv_pool, limit, host_components), subject,
+                   placement.residents).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
     backend = select_attention_backend(config)
@@ -81,21 +108,21 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
     kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)
     runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend)
     budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes,
-                            host_components=host_components)
-    budget.check_fits()
+                            host_components=host_components, resident_bytes=placement.resident_bytes)
+    with_residents(budget, subject, placement.residents).check_fits()
     metrics = ModelMetrics()
     engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics))
-    metrics.watch(engine, budget, {"model": resolved.name, "architecture": model_config.architecture,
+    metrics.watch(engine, budget, {"model": name, "architecture": model_config.architecture,
                                    "dtype": config.dtype, "device": config.device}, config.enable_prefix_cache)
     engine.start()
     log.info(
-        "boot: serving %s with context %d tokens; config %s; memory budget %s", resolved.name, max_model_len,
-        " ".join(f"{name}={value}" for name, value in asdict(config).items()), budget.summary(),
-        extra={"event": "boot", "model": resolved.name, "config": asdict(config),
+        "boot: serving %s with context %d tokens; config %s; memory budget %s", name, max_model_len,
+        " ".join(f"{key}={value}" for key, value in asdict(config).items()), budget.summary(),
+        extra={"event": "boot", "model": name, "config": asdict(config),
                "memory_budget": budget.as_dict()},
     )
     return ServedModel(
-        name=resolved.name,
+        name=name,
         model_config=model_config,
         engine=engine,
         inputs=InputProcessor(tokenizer, model_config.vocab_size, max_model_len),
