@@ -6,7 +6,7 @@ runner, tokenizer, output processing and metrics.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -53,10 +53,10 @@ class Placement:
     host_components: tuple[MemoryComponent, ...] = ()
     limit: MemoryLimit | None = None
     kv_pool_share: int = 1
-    resident_bytes: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "resident_bytes", sum(c.num_bytes for c in self.residents))
+    @property
+    def resident_bytes(self) -> int:
+        return sum(component.num_bytes for component in self.residents)
 
 
 @dataclass(frozen=True)
