@@ -1,7 +1,7 @@
 """Two chat models resident in one server (SmolLM2 under the names `a` and `b`, each with its own engine and KV
 pool, loaded as `serve --model a=DIR --model b=DIR` loads them): requests route by `model` and equal their solo
 runs, an unknown name is NOT_FOUND listing the resident ones, the memory report and the metrics cover both,
-`plan` estimates the pair, one model unloads and reloads (UNAVAILABLE while it loads) while the other keeps
+`plan` estimates the pair, the gateway lists and routes both through the openai SDK, one model unloads and reloads (UNAVAILABLE while it loads) while the other keeps
 serving, and a third model, loaded or switched in by name, cannot fit and is refused naming itself and the
 component."""
 
@@ -112,6 +112,25 @@ def test_memory_report_and_metrics_cover_both_models(server, admin: ArbiClient) 
     for name in ("a", "b"):
         assert samples[("arbi_kv_blocks_free", name, None)] == server.host.resident(name).engine.stats().num_free_blocks
         assert samples[("arbi_memory_budget_bytes", name, "weights")] == server.host.resident(name).weight_bytes
+
+
+def test_gateway_lists_and_routes_both_models(server, stub, tmp_path_factory: pytest.TempPathFactory) -> None:
+    import openai
+    from arbi_gateway.process import GatewayProcess
+
+    gateway = GatewayProcess.spawn(["--upstream", server.target, "--http-port", "0"],
+                                   tmp_path_factory.mktemp("gateway-multi-model") / "gateway.log")
+    try:
+        with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as sdk:
+            assert [model.id for model in sdk.models.list().data] == ["a", "b"]
+            replies = {model: sdk.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": QUESTIONS[0]}], max_tokens=TOKENS,
+                temperature=0).choices[0].message.content for model in ("a", "b")}
+            with pytest.raises(openai.NotFoundError):
+                sdk.chat.completions.create(model="nope", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    finally:
+        gateway.stop()
+    assert replies["a"] == replies["b"] == generate(stub, _request(QUESTIONS[0], "b")).text
 
 
 def test_plan_estimates_both_models_within_ten_percent(server, smollm2_dir: Path) -> None:
