@@ -5,8 +5,9 @@ the boot log, `plan` and the memory report.
 
 With several chat models the default pools split what is free: a model loading while `share` chat models
 (itself included) are still to load takes 1/share of the room its rule leaves, the other components counting
-every model already resident. At boot the models of --model load in order with share N, N-1, ..., 1, so on CUDA
-N models of one shape get equal pools; an admin LoadModel has share 1 (what is left).
+every model already resident. At boot the models of --model load in order with share N, N-1, ..., 1 (a later model's pool is smaller by
+what the earlier splits could not know of: its own weights and activations); an admin LoadModel has share 1
+(what is left).
 """
 
 from __future__ import annotations
