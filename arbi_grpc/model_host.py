@@ -127,17 +127,17 @@ class ModelHost:
 
     # -- model lifecycle ---------------------------------------------------------------------------
 
-    async def load(self, spec: str | EngineConfig, kv_pool_share: int = 1) -> ServedModel:
+    async def load(self, spec: str | EngineConfig, pending: tuple[MemoryComponent, ...] = ()) -> ServedModel:
         """Loads a chat model beside the resident ones: `spec` (SPEC or NAME=SPEC, with the engine config new
-        models load with) or a model's own engine config (a models file's entry). `kv_pool_share`: how many
-        chat models still to load share what is free for default KV pools, this one included."""
+        models load with) or a model's own engine config (a models file's entry). `pending`: the estimated
+        chat models still to load after it, which its default KV pool leaves room for and splits with."""
         config = spec if isinstance(spec, EngineConfig) else self._model_config(spec)
         with self._exclusive(f"loading {config.model!r}"):
             name = await self._served_name(config.model)
             self._models.begin_load(name, f"loading {config.model!r}")
             try:
                 served = await self._load(config, Placement(self.resident_components(), self._host_components,
-                                                            self.memory_limit(), kv_pool_share))
+                                                            self.memory_limit(), pending))
                 try:
                     self._models.add(served)
                 except ArbiError:
@@ -178,7 +178,7 @@ class ModelHost:
                 raise FailedPreconditionError(f"model {name!r} is resident already; switch it, or serve the new "
                                               "model under another name (NAME=SPEC)")
             new = await self._load(config, Placement(self.resident_components(), self._host_components,
-                                                     self.memory_limit(), 1))
+                                                     self.memory_limit()))
             try:
                 self._models.replace(old.name, new)
             except ArbiError:

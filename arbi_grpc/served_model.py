@@ -27,7 +27,7 @@ from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
 from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget, reserved_growth
-from arbi_grpc.memory.residents import with_residents
+from arbi_grpc.memory.residents import pending_model_component, with_residents
 from arbi_grpc.model_specs import parse_model_spec
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
@@ -46,13 +46,14 @@ log = logging.getLogger(__name__)
 class Placement:
     """What a model loads beside: the components the server already holds (other models, counted ahead of its
     own), the host components every budget lists (the audio models, on a CPU engine), the server's memory limit
-    (None: read now, before anything is allocated) and how many chat models, this one included, still share
-    what is free for default KV pools (`kv_pool_default.py`)."""
+    (None: read now, before anything is allocated) and the estimated components (all but their KV pools) of the
+    chat models still to load after it, which a default KV pool leaves room for and splits with
+    (`kv_pool_default.py`)."""
 
     residents: tuple[MemoryComponent, ...] = ()
     host_components: tuple[MemoryComponent, ...] = ()
     limit: MemoryLimit | None = None
-    kv_pool_share: int = 1
+    pending: tuple[MemoryComponent, ...] = ()
 
     @property
     def resident_bytes(self) -> int:
@@ -96,7 +97,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
     subject = f"model {name!r}"
     kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration, host_components, placement.residents,
-                                   placement.kv_pool_share, subject)
+                                   placement.pending, subject)
     with_residents(estimate_budget(config, declared, kv_pool, limit, host_components), subject,
                    placement.residents).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
@@ -134,6 +135,16 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         memory_budget=budget,
         metrics=metrics,
     )
+
+
+def estimated_model_component(config: EngineConfig, limit: MemoryLimit,
+                              host_components: tuple[MemoryComponent, ...] = ()) -> MemoryComponent:
+    """A chat model still to load as one component, estimated from its config.json with an empty KV pool (what a
+    default pool of an earlier model leaves room for)."""
+    requested = parse_model_spec(config.model)
+    resolved = resolve_model(requested.spec)
+    declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))
+    return pending_model_component(requested.name or resolved.name, config, declared, limit, host_components)
 
 
 def build_runner(

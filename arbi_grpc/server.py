@@ -36,7 +36,7 @@ from arbi_grpc.observability.metrics import ServerMetrics
 from arbi_grpc.observability.rpc_interceptor import RpcMetricsInterceptor
 from arbi_grpc.observability.settings import ObservabilityConfig
 from arbi_grpc.reflection import enable_reflection
-from arbi_grpc.served_model import ServedModel, build_served_model
+from arbi_grpc.served_model import ServedModel, build_served_model, estimated_model_component
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers.admin import AdminServicer
 from arbi_grpc.servicers.audio import AudioServicer
@@ -110,8 +110,11 @@ class GrpcServer:
 
     def load_models(self, configs: list[EngineConfig]) -> list[ServedModel]:
         """Loads the chat models of `configs` in order (blocking; the first is the default model), the default
-        KV pools splitting what is free among them (`memory/kv_pool_default.py`)."""
-        return [asyncio.run_coroutine_threadsafe(self.host.load(config, len(configs) - index), self._loop).result()
+        KV pools splitting what is free equally among them (`memory/kv_pool_default.py`)."""
+        limit = self.host.memory_limit()  # read before anything of theirs is allocated
+        estimates = [estimated_model_component(config, limit, self._host_components) for config in configs[1:]]
+        return [asyncio.run_coroutine_threadsafe(self.host.load(config, tuple(estimates[index:])),
+                                                 self._loop).result()
                 for index, config in enumerate(configs)]
 
     def _check_embedding_fits(self, name: str, component: MemoryComponent) -> None:

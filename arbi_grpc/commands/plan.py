@@ -43,6 +43,7 @@ def _plan(args: argparse.Namespace) -> int:
     from arbi_grpc.embeddings.memory import estimated_embedding_component
     from arbi_grpc.embeddings.specs import resolve_embedding_spec
     from arbi_grpc.memory.limits import memory_limit
+    from arbi_grpc.memory.residents import pending_model_component
     from arbi_grpc.model_specs import served_model_configs
 
     config = resolve(EngineConfig, args)
@@ -61,9 +62,12 @@ def _plan(args: argparse.Namespace) -> int:
     # holding what is resident before it.
     residents = tuple(estimated_embedding_component(*resolve_embedding_spec(spec.strip()))
                       for spec in args.embedding_models.split(",") if spec.strip())
+    sources = [_source(model_config, args.shape) for model_config in model_configs]
+    pending = [pending_model_component(name, model_config, source.config, limit, host_components)
+               for model_config, (name, source) in zip(model_configs, sources, strict=True)]
     plans = []
-    for index, model_config in enumerate(model_configs):
-        plan = _plan_model(model_config, args.shape, limit, host_components, residents, len(model_configs) - index)
+    for index, (model_config, (name, source)) in enumerate(zip(model_configs, sources, strict=True)):
+        plan = _plan_model(model_config, name, source, limit, host_components, residents, tuple(pending[index + 1:]))
         plans.append(plan)
         residents += (plan.component,)
     if args.json:
@@ -112,20 +116,25 @@ class _ModelPlan:
         print_table(("COMPONENT", "MIB", "DETAIL"), rows)
 
 
-def _plan_model(config: EngineConfig, shape: str | None, limit, host_components, residents,
-                share: int) -> _ModelPlan:
-    from arbi_grpc.memory.estimate import estimate_budget
-    from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
+def _source(config: EngineConfig, shape: str | None) -> tuple[str, Any]:
+    """The served name and the model source (config, where it was read from) of one --model."""
     from arbi_grpc.memory.model_source import read_model_source, reference_model_source
-    from arbi_grpc.memory.residents import chat_model_component, with_residents
     from arbi_grpc.model_specs import parse_model_spec
 
     requested = parse_model_spec(config.model)
     source = reference_model_source(shape) if shape else read_model_source(requested.spec)
-    name = requested.name or source.name
+    return requested.name or source.name, source
+
+
+def _plan_model(config: EngineConfig, name: str, source: Any, limit, host_components, residents,
+                pending) -> _ModelPlan:
+    from arbi_grpc.memory.estimate import estimate_budget
+    from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
+    from arbi_grpc.memory.residents import chat_model_component, with_residents
+
     subject = f"model {name!r}"
     kv_pool = plan_default_kv_pool(config, source.config, limit, host_components=host_components,
-                                   residents=residents, share=share, subject=subject)
+                                   residents=residents, pending=pending, subject=subject)
     own = estimate_budget(config, source.config, kv_pool, limit, host_components)
     component = chat_model_component(name, own, tuple(c.name for c in host_components))
     return _ModelPlan(name, source, kv_pool.max_model_len, with_residents(own, subject, residents), component)

@@ -3,11 +3,11 @@
 leave; on CUDA what the other components leave under --gpu-memory-utilization. The choice carries its reason for
 the boot log, `plan` and the memory report.
 
-With several chat models the default pools split what is free: a model loading while `share` chat models
-(itself included) are still to load takes 1/share of the room its rule leaves, the other components counting
-every model already resident. At boot the models of --model load in order with share N, N-1, ..., 1 (a later model's pool is smaller by
-what the earlier splits could not know of: its own weights and activations); an admin LoadModel has share 1
-(what is left).
+With several chat models the default pools split what is free equally: a model loading before `pending`
+others (the boot's later --model entries, estimated without their pools) counts them and every resident model
+among the other components and takes 1/(len(pending) + 1) of the room its rule leaves. At boot the N models
+thus get equal room (N models of one shape, equal pools); an admin LoadModel has no pending model and takes
+what is left.
 """
 
 from __future__ import annotations
@@ -71,19 +71,19 @@ def _require_room(room: int, other_bytes: int, allowed: int, source: str) -> Non
 
 def plan_default_kv_pool(
     config: EngineConfig, model: ModelConfig, limit: MemoryLimit, tkv_calibration: TkvCalibration | None = None,
-    host_components: tuple[MemoryComponent, ...] = (), residents: tuple[MemoryComponent, ...] = (), share: int = 1,
+    host_components: tuple[MemoryComponent, ...] = (), residents: tuple[MemoryComponent, ...] = (), pending: tuple[MemoryComponent, ...] = (),
     subject: str = "",
 ) -> KVPoolPlan:
     """`plan_kv_pool` under the budget `choose_kv_pool_budget` picks; the other components are estimated as a
     boot of `config` would (`estimate_budget` with an empty pool and the server's `host_components`), after the
-    `residents` (the server's other models), with `share` chat models still to load; `subject` names the model in
-    a budget error."""
+    `residents` (the server's other models), leaving room for and splitting with the `pending` chat models still
+    to load; `subject` names the model in a budget error."""
     context = config.max_model_len or model.max_position_embeddings
     block_bytes = kv_block_bytes(config, model, tkv_calibration)
     empty_pool = KVPoolPlan(0, config.block_size, block_bytes, context)
     others = with_residents(estimate_budget(config, model, empty_pool, limit, host_components), subject, residents)
     others.check_fits()  # names the component past the limit when the others alone do not fit
-    other_bytes = others.total_bytes
+    other_bytes = others.total_bytes + sum(component.num_bytes for component in pending)
     sequence_bytes = -(-context // config.block_size) * block_bytes
-    budget = choose_kv_pool_budget(config, limit, other_bytes, sequence_bytes, share)
+    budget = choose_kv_pool_budget(config, limit, other_bytes, sequence_bytes, len(pending) + 1)
     return plan_kv_pool(config, model, tkv_calibration, budget)
