@@ -71,7 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
     chat = commands.add_parser("chat", help="send one chat message to a running server")
     chat.add_argument("prompt", nargs="?", help="the message (read from stdin when omitted)")
     chat.add_argument("--url", default=f"127.0.0.1:{DEFAULT_PORT}", help="server address (host:port)")
-    chat.add_argument("--model", default="", help="model name (default: the resident model)")
+    chat.add_argument("--model", default="", help="model name (default: the server's default model)")
     chat.add_argument("--max-tokens", type=int, default=512, help="most tokens in the reply")
     chat.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     chat.add_argument("--token", default=os.environ.get(_TOKEN_ENV, ""),
