@@ -159,7 +159,7 @@ class GrpcServer:
         )
         embedding_service_pb2_grpc.add_EmbeddingServiceServicer_to_server(EmbeddingServicer(self.embeddings), server)
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(self.host, self.config, bool(self.credentials.generate_token), self.embeddings), server
+            AdminServicer(self.host, self.config, self.credentials.generate_guarded, self.embeddings), server
         )
         if self.config.audio:
             audio_service_pb2_grpc.add_AudioServiceServicer_to_server(
@@ -179,7 +179,7 @@ class GrpcServer:
         await self._load_embedding_models()
         for served in self.host.models():
             self.host.watch_engine(served.engine)
-        self.data.register(server, self.target, self.credentials.generate_token)
+        self.data.register(server, self.credentials.internal_token)
         await self._publish_readiness(self.host.readiness()[0])
         if self.observability.metrics_port:
             self.metrics_exporter = MetricsExporter(
