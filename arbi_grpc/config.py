@@ -23,9 +23,10 @@ MAX_KV_EXACT_BLOCKS = 16
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 
 
-def setting(default, help: str):  # noqa: A002 (mirrors argparse's name)
-    """A config field with its help text."""
-    return field(default=default, metadata={"help": help})
+def setting(default, help: str, repeat: bool = False):  # noqa: A002 (mirrors argparse's name)
+    """A config field with its help text; a `repeat` (string) field's flag may be given several times, its
+    values joined with ',' (as its environment variable lists them)."""
+    return field(default=default, metadata={"help": help, "repeat": repeat})
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,15 @@ class SchedulingLimits:
 class _EngineFields(SchedulingLimits):
     """EngineConfig's fields (after the scheduling limits it includes), each holding a resolved value."""
 
-    model: str = setting("SmolLM2-135M-Instruct", "model name, Hugging Face style directory or .gguf file")
+    model: str = setting(
+        "SmolLM2-135M-Instruct", "chat model to serve: a name, Hugging Face style directory or .gguf file; NAME=SPEC "
+        "serves it under NAME; repeat the flag (',' in the environment) to serve several, the first being the default "
+        "for requests that name none", repeat=True,
+    )
+    models_file: str = setting(
+        "", "TOML file of the chat models to serve instead of --model: [[model]] tables with spec, optional name and "
+            "per-model settings (docs/operations.md); the first is the default"
+    )
     device: str = setting("cpu", "device to run on: cpu or cuda")
     dtype: str = setting(
         "auto", "weights and activations dtype: float32, bfloat16 or auto (float32 on cpu, bfloat16 on cuda)"

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 import torch
 
 from arbi_grpc.embeddings.embedding_model import EmbeddingModel
+from arbi_grpc.embeddings.memory import EMBEDDING_ROWS_PER_CHUNK
 from arbi_grpc.engine.request import Priority
 from arbi_grpc.errors import UnavailableError
-
-_ROWS_PER_CHUNK = 64
 
 
 @dataclass
@@ -89,8 +88,8 @@ class EncoderRunner:
         order = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))
         try:
             vectors = torch.empty((len(rows), self.model.dimensions), dtype=torch.float32)
-            for start in range(0, len(order), _ROWS_PER_CHUNK):
-                chunk = order[start:start + _ROWS_PER_CHUNK]
+            for start in range(0, len(order), EMBEDDING_ROWS_PER_CHUNK):
+                chunk = order[start:start + EMBEDDING_ROWS_PER_CHUNK]
                 vectors[chunk] = self.model.embed_batch([rows[r][1] for r in chunk])
         except Exception as error:  # noqa: BLE001 (the round's callers get the cause)
             for job in jobs:
