@@ -108,6 +108,10 @@ class _EngineFields(SchedulingLimits):
         True, "launch each engine step before reading the previous one's tokens, so the device never waits "
               "for the host's bookkeeping (outputs are the same either way)"
     )
+    grammar_compile_timeout_ms: int = setting(
+        10000, "longest an output constraint's grammar may take to compile; a request whose grammar takes longer "
+               "fails RESOURCE_EXHAUSTED (the compile still finishes and is cached)"
+    )
     torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
@@ -136,6 +140,8 @@ class EngineConfig(_EngineFields):
         super().__post_init__()
         if self.max_model_len < 0:
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")
+        if self.grammar_compile_timeout_ms <= 0:
+            raise InvalidArgumentError("grammar_compile_timeout_ms", f"must be > 0, got {self.grammar_compile_timeout_ms}")
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
         if self.memory_limit_mib < 0:

@@ -1,9 +1,16 @@
-"""Turns a step's sampled tokens into streamed outputs: detokenization, stop conditions, finish reasons."""
+"""Turns a step's sampled tokens into streamed outputs: detokenization, stop conditions, finish reasons.
+
+A constrained sequence's matcher accepts each token here too (`SequenceGrammar.advance`, a no-op when the model
+runner accepted it already): a terminated matcher ends the sequence as its EOS would (FinishReason.EOS_TOKEN), also
+under ignore_eos, since the grammar allows nothing after its end; a token outside the grammar (a defect) ends it
+with an error.
+"""
 
 from __future__ import annotations
 
 from arbi_grpc.engine.request import FinishReason, RequestOutput, TokenOutput
 from arbi_grpc.engine.sequence import Sequence
+from arbi_grpc.errors import ArbiError
 
 
 class OutputProcessor:
@@ -37,6 +44,14 @@ class OutputProcessor:
             text = check.emit
             if check.stopped:
                 finish = FinishReason.STOP_STRING
+        grammar = sequence.grammar
+        if grammar is not None:
+            grammar.advance(sequence.token_ids, sequence.num_prompt_tokens)
+            if grammar.rejected_token is not None:
+                return RequestOutput(request_id=sequence.request_id, error=ArbiError(
+                    f"the engine sampled token {grammar.rejected_token}, which the output constraint does not allow"))
+            if finish is None and grammar.is_terminated:
+                finish = FinishReason.EOS_TOKEN
         if finish is None and sequence.num_output_tokens >= stopping.max_output_tokens:
             finish = FinishReason.MAX_OUTPUT_TOKENS
         if finish is None and len(sequence.token_ids) >= self.max_model_len:
