@@ -95,7 +95,7 @@ def run_batch(served: ServedModel, clock: StepClock, batch: int, new_tokens: int
 
 def compile_times(served: ServedModel) -> dict[str, list[float]]:
     """Seconds to compile each case schema with an empty cache, then cached."""
-    vocabulary = served.engine.grammar.vocabulary
+    vocabulary = served.inputs.grammars.vocabulary
     compiler = ConstraintCompiler(vocabulary, CompileCache(vocabulary.info, None), timeout_ms=600_000)
     constraints = [OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(entry["schema"]), strict=True)
                    for entry in raw_cases()["schemas"]]
