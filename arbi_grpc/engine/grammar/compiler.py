@@ -90,17 +90,20 @@ class ConstraintCompiler:
         try:
             compiled = self._compiler.compile_grammar(grammar)
         except (RuntimeError, ValueError) as error:
+            self._forget(key, timer)
             self._resolve(future, error=InvalidArgumentError(
                 f"{FIELD}.{constraint.kind.value}", f"cannot be compiled: {xgrammar_message(error)}"))
-        else:
-            seconds = time.monotonic() - started
-            self._on_compiled(seconds)
-            self._cache.put(key, compiled)
-            self._resolve(future, result=compiled)
-        finally:
-            timer.cancel()
-            with self._lock:
-                self._in_flight.pop(key, None)
+            return
+        seconds = time.monotonic() - started
+        self._cache.put(key, compiled)
+        self._forget(key, timer)  # after the cache holds it: a later request finds one or the other
+        self._on_compiled(seconds)
+        self._resolve(future, result=compiled)
+
+    def _forget(self, key: str, timer: threading.Timer) -> None:
+        timer.cancel()
+        with self._lock:
+            self._in_flight.pop(key, None)
 
     def _expire(self, future: Future, constraint: OutputConstraint) -> None:
         self._resolve(future, error=ResourceExhaustedError(
