@@ -393,7 +393,8 @@ class Engine:
         return sequence
 
     def _publish_state(self) -> None:
-        """The waiting count submit checks, and the stats snapshot."""
+        """The waiting count submit checks (requests whose grammar compiles count as waiting), and the stats
+        snapshot."""
         self._stats = engine_stats(self.scheduler)
         with self._lock:
-            self._num_waiting = self._stats.num_waiting
+            self._num_waiting = self._stats.num_waiting + len(self._grammar_gate)

@@ -36,6 +36,9 @@ class GrammarGate:
         self._on_ready = on_ready
         self._held: dict[str, tuple[Sequence, Future]] = {}
 
+    def __len__(self) -> int:
+        return len(self._held)
+
     def hold(self, sequence: Sequence) -> None:
         """Starts (or joins) the compile of the sequence's constraint; raises ArbiError when it cannot be had."""
         if self._source is None:
