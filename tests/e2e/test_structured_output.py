@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -127,3 +128,19 @@ def test_bad_constraint_is_invalid_argument(stub, constraint, reason) -> None:
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in raised.value.details()
     assert "sampling.output_constraint" in raised.value.details()
+
+
+def test_cancel_while_the_grammar_compiles(stub, served_smollm2) -> None:
+    """A request cancelled while its grammar compiles (about a second for this regex, off the engine thread) leaves
+    the engine at once; the finished compile is cached and serves the next request."""
+    engine = served_smollm2.served.engine
+    email = r"[a-z]{1,300}@[a-z]{1,200}\.(com|org|net)"
+    call = stub.Generate(constrained("Write an e-mail address.", max_output_tokens=8, regex=email))
+    call.initial_metadata()  # sent once the request was submitted
+    call.cancel()
+    deadline = time.monotonic() + 10
+    while engine.num_requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.num_requests == 0
+    address = generate(stub, constrained("Write an e-mail address.", max_output_tokens=8, regex=email))
+    assert re.fullmatch(r"[a-z]+(@[a-z]*)?(\.[a-z]*)?", address.text), address.text
