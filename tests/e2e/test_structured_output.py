@@ -134,6 +134,8 @@ def test_cancel_while_the_grammar_compiles(stub, served_smollm2) -> None:
     """A request cancelled while its grammar compiles (about a second for this regex, off the engine thread) leaves
     the engine at once; the finished compile is cached and serves the next request."""
     engine = served_smollm2.served.engine
+    metrics = served_smollm2.served.metrics.registry
+    compiles = metrics.get_sample_value("arbi_grammar_compile_seconds_count")
     email = r"[a-z]{1,300}@[a-z]{1,200}\.(com|org|net)"
     call = stub.Generate(constrained("Write an e-mail address.", max_output_tokens=8, regex=email))
     call.initial_metadata()  # sent once the request was submitted
@@ -142,5 +144,10 @@ def test_cancel_while_the_grammar_compiles(stub, served_smollm2) -> None:
     while engine.num_requests and time.monotonic() < deadline:
         time.sleep(0.01)
     assert engine.num_requests == 0
+    assert metrics.get_sample_value("arbi_grammar_compile_seconds_count") == compiles  # left before its grammar
+    while metrics.get_sample_value("arbi_grammar_compile_seconds_count") == compiles and time.monotonic() < deadline:
+        time.sleep(0.01)  # the compile goes on without its request
+    hits = metrics.get_sample_value("arbi_grammar_cache_hits_total", {"source": "memory"}) or 0
     address = generate(stub, constrained("Write an e-mail address.", max_output_tokens=8, regex=email))
+    assert metrics.get_sample_value("arbi_grammar_cache_hits_total", {"source": "memory"}) == hits + 1
     assert re.fullmatch(r"[a-z]+(@[a-z]*)?(\.[a-z]*)?", address.text), address.text

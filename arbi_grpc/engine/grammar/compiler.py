@@ -50,8 +50,9 @@ class ConstraintCompiler:
         self._on_compiled = on_compiled
         self._on_cache_hit = on_cache_hit
 
-    def compile(self, constraint: OutputConstraint) -> Future[xgr.CompiledGrammar]:
-        """The future compiled grammar of `constraint`; raises InvalidArgumentError when it does not parse."""
+    def compile(self, constraint: OutputConstraint, record_hit: bool = True) -> Future[xgr.CompiledGrammar]:
+        """The future compiled grammar of `constraint`; raises InvalidArgumentError when it does not parse.
+        `record_hit` False leaves a cache hit out of the metrics (the engine's second ask for a request)."""
         key = constraint.cache_key
         with self._lock:
             shared = self._in_flight.get(key)
@@ -59,7 +60,8 @@ class ConstraintCompiler:
             return shared
         cached = self._cache.get(key)
         if cached is not None:
-            self._on_cache_hit(cached[1])
+            if record_hit:
+                self._on_cache_hit(cached[1])
             done: Future = Future()
             done.set_result(cached[0])
             return done
