@@ -88,6 +88,15 @@ def test_grammar_end_overrides_min_output_tokens_and_ignore_eos(stub) -> None:
     assert ignoring.last.finish_reason == types_pb.FINISH_REASON_EOS_TOKEN
 
 
+def test_stop_string_ends_a_constrained_output(stub) -> None:
+    full = generate(stub, schema_request(PERSON))
+    request = schema_request(PERSON)
+    request.stopping.stop_strings.append('"age"')
+    stopped = generate(stub, request)
+    assert stopped.last.finish_reason == types_pb.FINISH_REASON_STOP_STRING
+    assert stopped.text == full.text[: full.text.index('"age"')]
+
+
 def test_constrained_rows_leave_unconstrained_outputs_unchanged(stub) -> None:
     plain = [chat_request(question, max_output_tokens=16) for question in
              ("What is the capital of France?", "Name three primary colors.", "What is 2 + 3?",
