@@ -315,6 +315,7 @@ class Engine:
         try:
             self._grammar_gate.hold(sequence)
         except ArbiError as error:
+            sequence.status = SequenceStatus.FINISHED  # it never reached the scheduler
             self._finish(sequence, RequestOutput(request.request_id, error=error))
 
     def _admit_compiled(self, request_id: str) -> None:
@@ -323,6 +324,7 @@ class Engine:
             return  # cancelled or ended while compiling
         sequence, error = taken
         if error is not None:
+            sequence.status = SequenceStatus.FINISHED  # it never reached the scheduler
             self._finish(sequence, RequestOutput(request_id, error=error))
         else:
             self.scheduler.add(sequence)
@@ -393,7 +395,8 @@ class Engine:
         return sequence
 
     def _publish_state(self) -> None:
-        """The waiting count submit checks, and the stats snapshot."""
+        """The waiting count submit checks (requests whose grammar compiles count as waiting), and the stats
+        snapshot."""
         self._stats = engine_stats(self.scheduler)
         with self._lock:
-            self._num_waiting = self._stats.num_waiting
+            self._num_waiting = self._stats.num_waiting + len(self._grammar_gate)

@@ -21,7 +21,7 @@ from arbi_grpc.errors import ArbiError, UnimplementedError
 class GrammarSource(Protocol):
     """What the gate needs of `engine.grammar.ConstraintCompiler`."""
 
-    def compile(self, constraint: Any) -> Future: ...
+    def compile(self, constraint: Any, record_hit: bool = True) -> Future: ...
 
     def matcher(self, compiled: Any) -> Any: ...
 
@@ -36,11 +36,15 @@ class GrammarGate:
         self._on_ready = on_ready
         self._held: dict[str, tuple[Sequence, Future]] = {}
 
+    def __len__(self) -> int:
+        return len(self._held)
+
     def hold(self, sequence: Sequence) -> None:
         """Starts (or joins) the compile of the sequence's constraint; raises ArbiError when it cannot be had."""
         if self._source is None:
             raise UnimplementedError("sampling.output_constraint: this engine was built without a grammar compiler")
-        future = self._source.compile(sequence.request.sampling.output_constraint)
+        # The input processor asked first (and counted a cache hit); this joins its compile or its result.
+        future = self._source.compile(sequence.request.sampling.output_constraint, record_hit=False)
         request_id = sequence.request_id
         self._held[request_id] = (sequence, future)
         future.add_done_callback(lambda _: self._on_ready(request_id))

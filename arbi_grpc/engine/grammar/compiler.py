@@ -50,8 +50,9 @@ class ConstraintCompiler:
         self._on_compiled = on_compiled
         self._on_cache_hit = on_cache_hit
 
-    def compile(self, constraint: OutputConstraint) -> Future[xgr.CompiledGrammar]:
-        """The future compiled grammar of `constraint`; raises InvalidArgumentError when it does not parse."""
+    def compile(self, constraint: OutputConstraint, record_hit: bool = True) -> Future[xgr.CompiledGrammar]:
+        """The future compiled grammar of `constraint`; raises InvalidArgumentError when it does not parse.
+        `record_hit` False leaves a cache hit out of the metrics (the engine's second ask for a request)."""
         key = constraint.cache_key
         with self._lock:
             shared = self._in_flight.get(key)
@@ -59,7 +60,8 @@ class ConstraintCompiler:
             return shared
         cached = self._cache.get(key)
         if cached is not None:
-            self._on_cache_hit(cached[1])
+            if record_hit:
+                self._on_cache_hit(cached[1])
             done: Future = Future()
             done.set_result(cached[0])
             return done
@@ -90,17 +92,20 @@ class ConstraintCompiler:
         try:
             compiled = self._compiler.compile_grammar(grammar)
         except (RuntimeError, ValueError) as error:
+            self._forget(key, timer)
             self._resolve(future, error=InvalidArgumentError(
                 f"{FIELD}.{constraint.kind.value}", f"cannot be compiled: {xgrammar_message(error)}"))
-        else:
-            seconds = time.monotonic() - started
-            self._on_compiled(seconds)
-            self._cache.put(key, compiled)
-            self._resolve(future, result=compiled)
-        finally:
-            timer.cancel()
-            with self._lock:
-                self._in_flight.pop(key, None)
+            return
+        seconds = time.monotonic() - started
+        self._cache.put(key, compiled)
+        self._forget(key, timer)  # after the cache holds it: a later request finds one or the other
+        self._on_compiled(seconds)
+        self._resolve(future, result=compiled)
+
+    def _forget(self, key: str, timer: threading.Timer) -> None:
+        timer.cancel()
+        with self._lock:
+            self._in_flight.pop(key, None)
 
     def _expire(self, future: Future, constraint: OutputConstraint) -> None:
         self._resolve(future, error=ResourceExhaustedError(

@@ -4,8 +4,8 @@
 step the host has not read: the model runner takes it from that step, so the next mask can be filled while the
 device runs). Accepting is idempotent per token, so the model runner and the output processor may both call it.
 Preemption by recompute keeps every sampled token (`Sequence`), so the matcher keeps its state: nothing to roll
-back. A matcher terminates when it accepts a stop token (the model's EOS) or, for a grammar with nothing after
-its end, when that end is reached; the output processor then ends the sequence.
+back. A matcher terminates when it accepts a stop token (the model's EOS, which the mask allows only where the
+grammar may end, and forces where it must); the output processor then ends the sequence.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Rules: the encoded vocabulary is the raw entry of every id (holes are empty); th
 tokenizer.json's decoder (ByteLevel: byte-level BPE as in SmolLM2, Llama 3, Qwen; ByteFallback: SentencePiece
 BPE; else raw), and a SentencePiece decoder that strips the leading space (Metaspace, Strip) means the
 tokenizer adds a prefix space. `vocab_size` is the width of the model's logits, which may exceed the
-tokenizer's (padding rows are never allowed); the stop tokens are the model's EOS ids.
+tokenizer's (padding rows are never allowed; tokenizer ids past it are left out, as they can never be sampled);
+the stop tokens are the model's EOS ids.
 """
 
 from __future__ import annotations
@@ -44,11 +45,10 @@ def vocab_type_of(decoder_types: Iterable[str]) -> tuple[xgr.VocabType, bool]:
 def build_vocabulary(tokenizer: TextTokenizer, vocab_size: int, stop_token_ids: Iterable[int]) -> GrammarVocabulary:
     """The TokenizerInfo of a model whose logits are `vocab_size` wide and which stops on `stop_token_ids`."""
     entries = tokenizer.vocabulary()
-    encoded = [""] * (max(entries.values()) + 1)
+    encoded = [""] * min(max(entries.values()) + 1, vocab_size)
     for entry, token_id in entries.items():
-        encoded[token_id] = entry
-    if len(encoded) > vocab_size:
-        raise ValueError(f"the tokenizer has {len(encoded)} ids but the model's logits are {vocab_size} wide")
+        if token_id < vocab_size:  # an id past the logits can never be sampled
+            encoded[token_id] = entry
     vocab_type, add_prefix_space = vocab_type_of(tokenizer.decoder_types())
     stops = tuple(sorted(set(stop_token_ids)))
     info = xgr.TokenizerInfo(encoded, vocab_type, vocab_size=vocab_size, stop_token_ids=list(stops),
