@@ -106,11 +106,14 @@ def compile_times(served: ServedModel) -> dict[str, list[float]]:
     constraints = [OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(entry["schema"]), strict=True)
                    for entry in raw_cases()["schemas"]]
     times: dict[str, list[float]] = {"first": [], "cached": []}
-    for arm in times:
-        for constraint in constraints:
-            started = time.perf_counter()
-            compiler.compile(constraint).result()
-            times[arm].append(time.perf_counter() - started)
+    try:
+        for arm in times:
+            for constraint in constraints:
+                started = time.perf_counter()
+                compiler.compile(constraint).result()
+                times[arm].append(time.perf_counter() - started)
+    finally:
+        compiler.close()
     return times
 
 
