@@ -21,7 +21,10 @@ class SequenceGrammar:
     def __init__(self, compiled: xgr.CompiledGrammar) -> None:
         self.matcher = xgr.GrammarMatcher(compiled)
         self.num_accepted = 0  # output tokens accepted, a prefix of the sequence's outputs
-        self.rejected_token: int | None = None  # a sampled token outside the grammar (a defect): ends the sequence
+        self.rejected_token: int | None = None  # a sampled token outside the grammar: ends the sequence
+        # The mask allowed no token: the vocabulary cannot spell what the grammar needs next (a RAW vocabulary
+        # without single characters can be stuck on a literal's tail); the token sampled then is rejected.
+        self.dead_end = False
 
     @property
     def is_terminated(self) -> bool:

@@ -5,7 +5,8 @@ min_output_tokens ban (`Sampler`).
 Rows are filled one matcher at a time below `BATCH_FILL_MIN_ROWS`, else by xgrammar's batch fill over its own
 threads. On CUDA the bitmask sits in pinned memory and its copy is queued without a host wait. A row whose
 grammar allows only its end (the stop tokens) while min_output_tokens still bans EOS is an `ending_rows` row:
-the grammar wins, the ban is lifted, since no longer output could satisfy the grammar.
+the grammar wins, the ban is lifted, since no longer output could satisfy the grammar. A row that allows no token
+marks its grammar a dead end (`SequenceGrammar.dead_end`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class TokenMaskBuilder:
         else:
             for row, matcher in zip(rows, matchers):
                 matcher.fill_next_token_bitmask(bitmask, row)
+        for row in rows:
+            if not bool(bitmask[row].any()):
+                grammars[row].dead_end = True
         ending = frozenset(row for row in rows
                            if states[row].banned_token_ids() and self._allows_only_stops(bitmask[row]))
         return TokenMasks(bitmask, rows, ending)

@@ -1,7 +1,8 @@
 """Output constraints through the engine thread with a tiny random model on the CPU (word-level vocabulary
 `t0 .. t95`, EOS 2): constrained outputs satisfy their grammar beside an unconstrained request that keeps its solo
 output, with overlapped steps on; a compile past the time limit fails only its request, RESOURCE_EXHAUSTED, with
-nothing held; an engine built without a grammar compiler refuses constraints (UNIMPLEMENTED)."""
+nothing held; a constraint the vocabulary cannot spell ends INVALID_ARGUMENT; an engine built without a grammar
+compiler refuses constraints (UNIMPLEMENTED)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from arbi_grpc.engine.offline import CompletedRequest, generate
 from arbi_grpc.engine.output_constraint import ConstraintKind, OutputConstraint
 from arbi_grpc.engine.request import FinishReason, GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.errors import ResourceExhaustedError, UnimplementedError
+from arbi_grpc.errors import InvalidArgumentError, ResourceExhaustedError, UnimplementedError
 from arbi_grpc.models.random_weights import random_causal_lm
 from arbi_grpc.served_model import assemble_engine, build_runner
 from benchmarks.gpu_decode import synthetic_tokenizer
@@ -87,6 +88,18 @@ def test_compile_past_the_limit_fails_only_its_request() -> None:
         assert plain.finish_reason is FinishReason.MAX_OUTPUT_TOKENS
         stats = engine.stats()
         assert (stats.num_waiting, stats.num_free_blocks, engine.num_requests) == (0, NUM_BLOCKS, 0)
+    finally:
+        engine.shutdown()
+
+
+def test_a_constraint_the_vocabulary_cannot_spell_is_invalid_argument() -> None:
+    """"t1x": after the token t1 no token spells "x"; the mask allows nothing and the request ends."""
+    engine = _engine()
+    try:
+        with pytest.raises(InvalidArgumentError, match="vocabulary cannot continue the output after 1 tokens"):
+            generate(engine, [_request("x", OutputConstraint(ConstraintKind.CHOICE, choices=("t1x",)))],
+                     timeout_s=120)
+        assert engine.stats().num_free_blocks == NUM_BLOCKS and engine.num_requests == 0
     finally:
         engine.shutdown()
 
