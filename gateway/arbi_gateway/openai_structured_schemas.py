@@ -1,4 +1,4 @@
-"""The JSON schemas of the parameters for structured output (chat and completions) and tool calling (chat): `response_format`,
+"""The JSON schemas of the parameters for structured output (chat and completions) and tools (chat): `response_format`,
 `tools`, `tool_choice`, `parallel_tool_calls`, `logit_bias`, the vLLM spellings (`guided_json`,
 `guided_regex`, `guided_choice`, `guided_grammar`, `structured_outputs`), and the chat messages that carry
 tool calls and tool results. Rules between them are checked in `openai_structured.py` and `openai_tools.py`.
