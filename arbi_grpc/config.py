@@ -117,6 +117,10 @@ class _EngineFields(SchedulingLimits):
         True, "launch each engine step before reading the previous one's tokens, so the device never waits "
               "for the host's bookkeeping (outputs are the same either way)"
     )
+    grammar_compile_timeout_ms: int = setting(
+        10000, "longest an output constraint's grammar may take to compile; a request whose grammar takes longer "
+               "fails RESOURCE_EXHAUSTED (the compile still finishes and is cached)"
+    )
     torch_threads: int = setting(
         0, "CPU threads used by torch in each rank (0 = torch's default; under tensor parallelism on the CPU, the "
            "cores shared evenly among the ranks)"
@@ -153,6 +157,8 @@ class EngineConfig(_EngineFields):
         super().__post_init__()
         if self.max_model_len < 0:
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")
+        if self.grammar_compile_timeout_ms <= 0:
+            raise InvalidArgumentError("grammar_compile_timeout_ms", f"must be > 0, got {self.grammar_compile_timeout_ms}")
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
         check_tensor_parallel(self)

@@ -18,6 +18,10 @@ from arbi_grpc.attention.selection import TORCH_DTYPES, build_kv_cache, select_a
 from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.engine import Engine
+from arbi_grpc.engine.grammar.compile_cache import CompileCache
+from arbi_grpc.engine.grammar.compiler import ConstraintCompiler
+from arbi_grpc.engine.grammar.token_masks import TokenMaskBuilder
+from arbi_grpc.engine.grammar.vocabulary import build_vocabulary
 from arbi_grpc.engine.input_processor import InputProcessor
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
@@ -35,7 +39,7 @@ from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.loader import load_model
-from arbi_grpc.models.model_cache import resolve_model
+from arbi_grpc.models.model_cache import default_cache_root, resolve_model
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
 from arbi_grpc.observability.engine_observer import EngineObserver
 from arbi_grpc.observability.metrics import ModelMetrics
@@ -131,7 +135,9 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
             ranks.close()
         raise
     metrics = ModelMetrics()
-    engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics))
+    grammars = build_constraint_compiler(tokenizer, model_config, config, metrics)
+    engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics),
+                             grammars)
     if ranks is not None:
         ranks.watch(engine)
     metrics.watch(engine, budget, {"model": name, "architecture": model_config.architecture,
@@ -147,7 +153,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         name=name,
         model_config=model_config,
         engine=engine,
-        inputs=InputProcessor(tokenizer, model_config.vocab_size, max_model_len),
+        inputs=InputProcessor(tokenizer, model_config.vocab_size, max_model_len, grammars),
         max_model_len=max_model_len,
         config=config,
         parameter_count=sum(p.numel() for p in model.parameters()),
@@ -189,6 +195,24 @@ def build_runner(
     return runner, graph_bytes
 
 
+def eos_ids_of(tokenizer: TextTokenizer, model_config: ModelConfig) -> frozenset[int]:
+    """The ids that end generation: the tokenizer's EOS and the model config's."""
+    return frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
+
+
+def build_constraint_compiler(tokenizer: TextTokenizer, model_config: ModelConfig, config: EngineConfig,
+                              metrics: ModelMetrics | None = None) -> ConstraintCompiler:
+    """The model's grammar compiler: its vocabulary as wide as the logits, stopping on EOS, its compiled grammars
+    cached under the model cache root (`<root>/grammars/<vocabulary fingerprint>/`)."""
+    vocabulary = build_vocabulary(tokenizer, model_config.vocab_size, eos_ids_of(tokenizer, model_config))
+    cache = CompileCache(vocabulary.info, default_cache_root() / "grammars" / vocabulary.fingerprint)
+    if metrics is None:
+        return ConstraintCompiler(vocabulary, cache, config.grammar_compile_timeout_ms)
+    return ConstraintCompiler(vocabulary, cache, config.grammar_compile_timeout_ms,
+                              on_compiled=metrics.grammar_compile_time.observe,
+                              on_cache_hit=lambda source: metrics.grammar_cache_hits.labels(source).inc())
+
+
 def assemble_engine(
     runner: ModelRunner,
     model_config: ModelConfig,
@@ -196,9 +220,13 @@ def assemble_engine(
     config: EngineConfig,
     max_model_len: int,
     observer: EngineObserver | None = None,
+    grammars: ConstraintCompiler | None = None,
 ) -> Engine:
-    """Wires scheduler and output processing around a model runner; the engine thread is not started."""
-    eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(model_config.eos_token_ids)
+    """Wires scheduler and output processing around a model runner (and output constraints, given a grammar
+    compiler); the engine thread is not started."""
+    eos_token_ids = eos_ids_of(tokenizer, model_config)
+    if grammars is not None:
+        runner.token_masks = TokenMaskBuilder(grammars.vocabulary.vocab_size, grammars.vocabulary.stop_token_ids)
     return Engine(
         scheduler=Scheduler(
             BlockManager(runner.kv_cache.num_blocks, config.block_size,
@@ -211,4 +239,5 @@ def assemble_engine(
         output_processor=OutputProcessor(eos_token_ids, max_model_len),
         observer=observer,
         overlap_steps=config.overlap_steps,
+        grammars=grammars,
     )

@@ -10,6 +10,9 @@ the host reads the previous one's tokens, so the device never waits for the host
 delivered on the engine thread: sinks must be cheap and thread-safe (the gRPC servicer hands them to its
 event loop).
 
+A request with an output constraint waits outside the scheduler while its grammar compiles on the compiler's threads
+(`GrammarGate`); the compile's end comes back as a task, so the loop never waits for it.
+
 Other threads read the engine only through snapshots the engine thread publishes (`stats()`, after every step and
 task) or takes on request (`list_requests`); the KV storage is swapped by an engine call (`replace_kv_storage`).
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 from arbi_grpc.attention.kv_storage import KVStorage, check_same_shape
 from arbi_grpc.config import SchedulingLimits
+from arbi_grpc.engine.grammar_gate import GrammarGate, GrammarSource
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.request import FinishReason, GenerationRequest, RequestOutput
@@ -66,6 +70,11 @@ class _Call:
 
 
 @dataclass(frozen=True)
+class _GrammarReady:
+    request_id: str  # its grammar compiled (or failed to)
+
+
+@dataclass(frozen=True)
 class _Shutdown:
     error: ArbiError  # ends every request still in the engine
 
@@ -80,7 +89,7 @@ class Engine:
 
     def __init__(self, scheduler: Scheduler, runner: ModelRunner, tokenizer: TextTokenizer,
                  output_processor: OutputProcessor, observer: EngineObserver | None = None,
-                 overlap_steps: bool = True) -> None:
+                 overlap_steps: bool = True, grammars: GrammarSource | None = None) -> None:
         self.scheduler = scheduler
         self.observer: EngineObserver = observer or NoEngineObserver()  # called on the engine thread only
         self.runner = runner
@@ -88,7 +97,8 @@ class Engine:
         self.outputs = output_processor
         self.pipeline = StepPipeline(scheduler, runner, output_processor, self.observer, self._finish,
                                      overlap_steps)
-        self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Call | _Shutdown] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Call | _GrammarReady | _Shutdown] = queue.SimpleQueue()
+        self._grammar_gate = GrammarGate(grammars, self._post_grammar_ready)
         self._sequences: dict[str, Sequence] = {}
         self._lock = threading.Lock()
         self._num_pending = 0  # submitted, not yet taken by the loop
@@ -131,6 +141,11 @@ class Engine:
                 return future
             self._tasks.put(_Cancel(request_id, future))
         return future
+
+    def _post_grammar_ready(self, request_id: str) -> None:
+        with self._lock:
+            if not self._closed:
+                self._tasks.put(_GrammarReady(request_id))
 
     def call(self, function: Callable[[], Any]) -> Future:
         """Runs `function` on the engine thread between two steps; the future holds its result."""
@@ -215,6 +230,7 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self._grammar_gate.close()
 
     def fail(self, error: Exception) -> None:
         """From any thread: the loop fails with `error` once it takes its next task (a lost tensor-parallel
@@ -280,10 +296,12 @@ class Engine:
             if isinstance(task, _Fail):
                 raise task.error
             if isinstance(task, _Submit):
-                self._add(task)
-                with self._lock:
+                with self._lock:  # before _add, which may end the request at once
                     self._num_pending -= 1
                     self._num_held += 1
+                self._add(task)
+            elif isinstance(task, _GrammarReady):
+                self._admit_compiled(task.request_id)
             elif isinstance(task, _Cancel):
                 cancelled = self._cancel(task.request_id)
                 self._publish_state()
@@ -305,7 +323,25 @@ class Engine:
         )
         self._sequences[request.request_id] = sequence
         self.observer.request_added(request.request_id, task.arrival_s, len(request.prompt_token_ids))
-        self.scheduler.add(sequence)
+        if request.sampling.output_constraint is None:
+            self.scheduler.add(sequence)
+            return
+        try:
+            self._grammar_gate.hold(sequence)
+        except ArbiError as error:
+            sequence.status = SequenceStatus.FINISHED  # it never reached the scheduler
+            self._finish(sequence, RequestOutput(request.request_id, error=error))
+
+    def _admit_compiled(self, request_id: str) -> None:
+        taken = self._grammar_gate.take(request_id)
+        if taken is None:
+            return  # cancelled or ended while compiling
+        sequence, error = taken
+        if error is not None:
+            sequence.status = SequenceStatus.FINISHED  # it never reached the scheduler
+            self._finish(sequence, RequestOutput(request_id, error=error))
+        else:
+            self.scheduler.add(sequence)
 
     def _run_call(self, task: _Call) -> None:
         if not task.future.set_running_or_notify_cancel():
@@ -323,7 +359,7 @@ class Engine:
         sequence = self._release(request_id)
         if sequence is None:
             return False
-        self.scheduler.finish(sequence)
+        self._end(sequence)
         output = RequestOutput(
             request_id=request_id,
             finish_reason=FinishReason.CANCELLED,
@@ -340,10 +376,16 @@ class Engine:
         self.pipeline.step()
         self._publish_state()
 
+    def _end(self, sequence: Sequence) -> None:
+        """Takes a sequence out of the grammar gate or the scheduler (freeing its blocks and batch slot)."""
+        if self._grammar_gate.release(sequence.request_id):
+            sequence.status = SequenceStatus.FINISHED
+        elif sequence.status is not SequenceStatus.FINISHED:
+            self.scheduler.finish(sequence)
+
     def _finish(self, sequence: Sequence, output: RequestOutput) -> None:
         self._release(sequence.request_id)
-        if sequence.status is not SequenceStatus.FINISHED:
-            self.scheduler.finish(sequence)
+        self._end(sequence)
         self.observer.request_finished(sequence.request_id, output)
         self._publish_state()  # before the sink: whoever hears of the end sees its blocks freed
         sequence.sink(output)
@@ -367,7 +409,8 @@ class Engine:
         return sequence
 
     def _publish_state(self) -> None:
-        """The waiting count submit checks, and the stats snapshot."""
+        """The waiting count submit checks (requests whose grammar compiles count as waiting), and the stats
+        snapshot."""
         self._stats = engine_stats(self.scheduler)
         with self._lock:
-            self._num_waiting = self._stats.num_waiting
+            self._num_waiting = self._stats.num_waiting + len(self._grammar_gate)

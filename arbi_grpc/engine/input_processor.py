@@ -1,18 +1,23 @@
 """Turns a client's input (raw text, token ids or chat messages) into a validated GenerationRequest.
 
-Runs on the caller's thread before anything is queued, so a bad request never reaches the engine.
+Runs on the caller's thread before anything is queued, so a bad request never reaches the engine: an output
+constraint is parsed here too and its compile started (`ConstraintCompiler.compile`; the engine joins it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from arbi_grpc.engine.request import GenerationRequest, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.text.chat_template import ChatTemplate
 from arbi_grpc.text.tokenizer import TextTokenizer
+
+if TYPE_CHECKING:
+    from arbi_grpc.engine.grammar.compiler import ConstraintCompiler
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,10 @@ PromptInput = TextPrompt | TokenPrompt | ChatPrompt
 class InputProcessor:
     """Tokenizes and checks prompts against the model's vocabulary and context limit."""
 
-    def __init__(self, tokenizer: TextTokenizer, vocab_size: int, max_model_len: int) -> None:
+    def __init__(self, tokenizer: TextTokenizer, vocab_size: int, max_model_len: int,
+                 grammars: ConstraintCompiler | None = None) -> None:
         self.tokenizer = tokenizer
+        self.grammars = grammars
         self.chat_template = ChatTemplate(tokenizer)
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
@@ -72,6 +79,8 @@ class InputProcessor:
               ) -> GenerationRequest:
         stopping.check_vocab(self.vocab_size)
         sampling.check_vocab(self.vocab_size)
+        if sampling.output_constraint is not None and self.grammars is not None:
+            self.grammars.compile(sampling.output_constraint)  # raises for a constraint that does not parse
         return GenerationRequest(
             request_id=request_id,
             prompt_token_ids=tuple(self.tokenize(prompt)),

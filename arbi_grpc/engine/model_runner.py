@@ -13,12 +13,17 @@ inputs to the other ranks before the forward pass, whose collectives they join.
 `launch` queues a step on the device and returns without waiting for it; a token that the previous launched
 step sampled and the host has not read yet is taken from that step's device tensor. `LaunchedStep.result()`
 waits for the step's one device-to-host copy.
+
+Output constraints: once the forward pass is queued, each constrained sequence's matcher accepts its tokens not yet
+accepted (one still in flight is read from the previous step's result, which the device wrote before this step's
+forward pass, so the host waits for no more than that step), then `token_masks` fills their bitmask rows while the
+device runs the forward pass, and the sampler applies them to the logits outside any CUDA graph.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
@@ -28,11 +33,14 @@ from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.cuda_graphs import DecodeBatch, DecodeGraphs
 from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
 from arbi_grpc.engine.request import TokenOutput
-from arbi_grpc.engine.sampler import SampleInFlight, Sampler
+from arbi_grpc.engine.sampler import SampleInFlight, Sampler, TokenMask
 from arbi_grpc.engine.sampler import prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.sequence import Sequence
 from arbi_grpc.engine.step_inputs import StepInputs, forward_logits, seed_reused_blocks, select_rows
+
+if TYPE_CHECKING:
+    from arbi_grpc.engine.grammar.token_masks import TokenMaskBuilder
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ class LaunchedStep:
         self._sequences = sequences
         self._sample = sample
         self._prompt_logprobs = prompt_logprobs
+        self._result: StepResult | None = None
 
     @property
     def sampled_token_ids(self) -> Tensor:
@@ -62,7 +71,9 @@ class LaunchedStep:
         return self._sample.token_ids
 
     def result(self) -> StepResult:
-        """Waits for the step's device-to-host copy and returns the tokens and log-probabilities."""
+        """Waits for the step's device-to-host copy and returns the tokens and log-probabilities (read once)."""
+        if self._result is not None:
+            return self._result
         sampled: dict[Sequence, TokenOutput] = {}
         if self._sample is not None:
             result = self._sample.result()
@@ -72,7 +83,8 @@ class LaunchedStep:
                     logprob=result.logprobs[i],
                     top_logprobs=tuple(result.top_logprobs[i]),
                 )
-        return StepResult(sampled, self._prompt_logprobs)
+        self._result = StepResult(sampled, self._prompt_logprobs)
+        return self._result
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,7 @@ class ModelRunner:
         self.sampler = Sampler()
         self.decode_graphs: DecodeGraphs | None = None
         self.ranks = ranks
+        self.token_masks: TokenMaskBuilder | None = None  # set when the engine serves output constraints
 
     def close(self) -> None:
         """Stops the other tensor-parallel ranks, if any (the engine has stopped stepping)."""
@@ -155,7 +168,9 @@ class ModelRunner:
         sample = None
         if layout.sample_rows:
             sample_logits = select_rows(logits, [index for _, index in layout.sample_rows])
-            sample = self.sampler.sample_without_sync(sample_logits, [s.sampling_state for s in sequences])
+            states = [s.sampling_state for s in sequences]
+            mask = self._token_masks(sequences, previous)
+            sample = self.sampler.sample_without_sync(sample_logits, states, mask)
         prompt_logprobs: dict[Sequence, list[float]] = {}  # read at once: such steps are not overlapped
         for chunk, first, count in layout.prompt_rows:
             tokens = chunk.sequence.token_ids[chunk.start: chunk.start + count + 1]
@@ -173,6 +188,23 @@ class ModelRunner:
         except Exception as error:
             self.ranks.abandon(error)
             raise
+
+    def _token_masks(self, sequences: list[Sequence], previous: LaunchedStep | None) -> TokenMask | None:
+        """The masks of the constrained rows, their matchers brought up to date first (None without any)."""
+        constrained = [sequence for sequence in sequences if sequence.grammar is not None]
+        if not constrained:
+            return None
+        if self.token_masks is None:
+            raise RuntimeError("a constrained sequence reached a model runner without token masks")
+        in_flight = {}
+        if previous is not None and any(sequence.num_in_flight_tokens for sequence in constrained):
+            in_flight = previous.result().sampled
+        for sequence in constrained:
+            token = in_flight.get(sequence) if sequence.num_in_flight_tokens else None
+            sequence.grammar.advance(sequence.token_ids, sequence.num_prompt_tokens,
+                                     None if token is None else token.token_id)
+        return self.token_masks.build([sequence.grammar for sequence in sequences],
+                                      [sequence.sampling_state for sequence in sequences], self.device)
 
     @staticmethod
     def _carried(layout: _BatchLayout, previous: LaunchedStep | None) -> CarriedTokens | None:

@@ -1,9 +1,23 @@
-"""Turns a step's sampled tokens into streamed outputs: detokenization, stop conditions, finish reasons."""
+"""Turns a step's sampled tokens into streamed outputs: detokenization, stop conditions, finish reasons.
+
+A constrained sequence's matcher accepts each token here too (`SequenceGrammar.advance`, a no-op when the model
+runner accepted it already): a terminated matcher ends the sequence as its EOS would (FinishReason.EOS_TOKEN), also
+under ignore_eos, since the grammar allows nothing after its end; a token outside the grammar (a defect) ends it
+with an error: INVALID_ARGUMENT when the mask had allowed no token (the model's vocabulary cannot continue the
+constraint), else INTERNAL.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from arbi_grpc.engine.output_constraint import FIELD
 from arbi_grpc.engine.request import FinishReason, RequestOutput, TokenOutput
 from arbi_grpc.engine.sequence import Sequence
+from arbi_grpc.errors import ArbiError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from arbi_grpc.engine.grammar.matcher import SequenceGrammar
 
 
 class OutputProcessor:
@@ -37,6 +51,13 @@ class OutputProcessor:
             text = check.emit
             if check.stopped:
                 finish = FinishReason.STOP_STRING
+        grammar = sequence.grammar
+        if grammar is not None:
+            grammar.advance(sequence.token_ids, sequence.num_prompt_tokens)
+            if grammar.rejected_token is not None:
+                return RequestOutput(request_id=sequence.request_id, error=_rejected(grammar))
+            if finish is None and grammar.is_terminated:
+                finish = FinishReason.EOS_TOKEN
         if finish is None and sequence.num_output_tokens >= stopping.max_output_tokens:
             finish = FinishReason.MAX_OUTPUT_TOKENS
         if finish is None and len(sequence.token_ids) >= self.max_model_len:
@@ -66,3 +87,11 @@ class OutputProcessor:
             return None
         sequence.prompt_logprobs_sent = True
         return tuple(sequence.prompt_logprobs or [None])
+
+
+def _rejected(grammar: SequenceGrammar) -> ArbiError:
+    if grammar.dead_end:
+        return InvalidArgumentError(FIELD, f"the model's vocabulary cannot continue the output after "
+                                           f"{grammar.num_accepted} tokens: no token spells what the constraint "
+                                           "needs next")
+    return ArbiError(f"the engine sampled token {grammar.rejected_token}, which the output constraint does not allow")

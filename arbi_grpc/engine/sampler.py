@@ -1,7 +1,7 @@
 """Chooses the next token for a batch of requests with different sampling settings, in one call.
 
-Order per row: repetition/presence/frequency penalties, logit bias, the min_output_tokens ban on EOS and stop ids, then
-greedy argmax (temperature 0) or temperature, top_k, top_p, min_p and a draw. Reported logprobs are the
+Order per row: repetition/presence/frequency penalties, logit bias, the min_output_tokens ban on EOS and stop ids, the
+output constraint's token mask (`TokenMask`, lifting the ban on rows whose grammar can only end), then greedy argmax (temperature 0) or temperature, top_k, top_p, min_p and a draw. Reported logprobs are the
 log-softmax of the model's raw logits, before penalties, bans and temperature: they describe the model, not
 the sampling settings. A seeded request draws only from its own generator, so its tokens do not depend on
 the rest of the batch or on its row.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -73,6 +74,15 @@ class SamplingState:
         return self._seen_mask, self._output_counts
 
 
+class TokenMask(Protocol):
+    """A step's output-constraint masks (`engine.grammar.token_masks.TokenMasks`)."""
+
+    ending_rows: frozenset[int]  # rows whose grammar allows only its end: the min_output_tokens ban is lifted
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Sets disallowed logits of the constrained rows to -inf, in place."""
+
+
 @dataclass(frozen=True)
 class SampleResult:
     """Per row: the chosen token, its raw logprob, and the top `logprobs_count` (id, logprob) pairs."""
@@ -129,23 +139,27 @@ class Sampler:
         self._unseeded_seed = secrets.randbits(63) if unseeded_seed is None else unseeded_seed
         self._unseeded_generators: dict[torch.device, torch.Generator] = {}
 
-    def sample(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> SampleResult:
+    def sample(self, logits: torch.Tensor, states: Sequence[SamplingState],
+               mask: TokenMask | None = None) -> SampleResult:
         """Pick one token per row of `logits` ([B, V]) for `states[row]`; does not append it to the state."""
-        return self.sample_without_sync(logits, states).result()
+        return self.sample_without_sync(logits, states, mask).result()
 
-    def sample_without_sync(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> SampleInFlight:
+    def sample_without_sync(self, logits: torch.Tensor, states: Sequence[SamplingState],
+                            mask: TokenMask | None = None) -> SampleInFlight:
         """Like `sample`, but returns as soon as the work is queued on the device (the host does not wait)."""
         if logits.dim() != 2 or logits.shape[0] != len(states):
             raise ValueError(f"logits must be [len(states)={len(states)}, V], got {tuple(logits.shape)}")
         logits = logits.float()
         raw_logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
         adjusted = logits
-        if any(state.params.has_penalties or state.params.logit_bias or state.banned_token_ids()
-               for state in states):
+        if mask is not None or any(state.params.has_penalties or state.params.logit_bias or state.banned_token_ids()
+                                   for state in states):
             adjusted = logits.clone()
             apply_penalties(adjusted, states)
             apply_logit_bias(adjusted, states)
-            _ban_tokens_until_min_output(adjusted, states)
+            _ban_tokens_until_min_output(adjusted, states, frozenset() if mask is None else mask.ending_rows)
+            if mask is not None:
+                mask.apply(adjusted)
 
         greedy_rows = [row for row, state in enumerate(states) if state.params.is_greedy]
         random_rows = [row for row, state in enumerate(states) if not state.params.is_greedy]
@@ -235,12 +249,16 @@ def apply_logit_bias(logits: torch.Tensor, states: Sequence[SamplingState]) -> N
         logits[index] += tensor_on_device_no_sync(biases, logits.dtype, logits.device)
 
 
-def _ban_tokens_until_min_output(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
-    """In place: -inf for ids a request may not produce yet (ids beyond the logits width cannot occur)."""
+def _ban_tokens_until_min_output(logits: torch.Tensor, states: Sequence[SamplingState],
+                                 exempt_rows: frozenset[int]) -> None:
+    """In place: -inf for ids a request may not produce yet (ids beyond the logits width cannot occur), except on
+    `exempt_rows`."""
     vocab_size = logits.shape[1]
     rows: list[int] = []
     columns: list[int] = []
     for row, state in enumerate(states):
+        if row in exempt_rows:
+            continue
         banned = [token_id for token_id in state.banned_token_ids() if token_id < vocab_size]
         rows.extend([row] * len(banned))
         columns.extend(banned)

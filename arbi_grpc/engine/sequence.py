@@ -5,11 +5,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from arbi_grpc.engine.request import GenerationRequest, Priority, RequestOutput
 from arbi_grpc.engine.sampler import SamplingState
 from arbi_grpc.text.detokenizer import IncrementalDetokenizer
 from arbi_grpc.text.stop_strings import StopStringMatcher
+
+if TYPE_CHECKING:
+    from arbi_grpc.engine.grammar.matcher import SequenceGrammar
 
 OutputSink = Callable[[RequestOutput], None]
 
@@ -53,6 +57,8 @@ class Sequence:
     admitted: bool = False
     # Sampled by launched steps whose results the host has not read yet (0, 1, or 2 for an instant).
     num_in_flight_tokens: int = 0
+    # The output constraint's matcher, set once its grammar compiled (the sequence is scheduled only then).
+    grammar: SequenceGrammar | None = None
     num_prompt_tokens: int = field(init=False)  # read several times per token: counted once
 
     def __post_init__(self) -> None:

@@ -111,6 +111,15 @@ class ModelMetrics:
             buckets=STEP_DURATION_BUCKETS_S, registry=registry,
         )
 
+        self.grammar_compile_time = Histogram(
+            "arbi_grammar_compile_seconds", "Compiling one output constraint's grammar (cache misses only)",
+            buckets=LATENCY_BUCKETS_S, registry=registry,
+        )
+        self.grammar_cache_hits = Counter(
+            "arbi_grammar_cache_hits", "Output constraints served from the compile cache, by where it held them",
+            ["source"], registry=registry,
+        )
+
     def watch(self, engine: Engine, budget: MemoryBudget, info: dict[str, str], prefix_cache_enabled: bool) -> None:
         """Adds the scrape-time series: the engine's state, the memory budget, `arbi_model_info` and, for a
         model served on CUDA, the caching allocator's gauges."""

@@ -25,7 +25,7 @@ from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.input_processor import TextPrompt
 from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sequence import OutputSink
-from arbi_grpc.errors import ArbiError, FailedPreconditionError, InvalidArgumentError
+from arbi_grpc.errors import ArbiError, InvalidArgumentError
 from arbi_grpc.model_host import ModelHost
 from arbi_grpc.servicers import tokenization
 from arbi_grpc.servicers.admin_conversion import embedding_model_info, model_info
@@ -42,6 +42,7 @@ from arbi_grpc.servicers.status import abort_with
 from arbi_grpc.servicers.tool_conversion import (
     ResponseShaper,
     render_chat_with_tools,
+    tool_call_constraint,
     tool_call_shaper,
     tool_set_from_proto,
     uses_tools,
@@ -61,19 +62,19 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
         reads the generation's responses for tool calls (the identity without tools)."""
         served = self._host.admit(request.model)
         prompt, shape = prompt_from_proto(request), lambda response: response
+        sampling = sampling_from_proto(request)
         if request.WhichOneof("input") == "chat" and uses_tools(request.chat):
             template = served.inputs.chat_template
             tool_set = tool_set_from_proto(request.chat)
             if tool_set.constrained:
-                raise FailedPreconditionError("chat.tool_choice: 'required' and named tool choices need the "
-                                              "engine's output constraints, which this server does not have yet")
+                sampling = replace(sampling, output_constraint=tool_call_constraint(tool_set, sampling))
             prompt = TextPrompt(render_chat_with_tools(template, request.chat, tool_set))
             shape = tool_call_shaper(template, tool_set)
         try:
             generation = served.inputs.build(
                 uuid.uuid4().hex,
                 prompt,
-                sampling_from_proto(request),
+                sampling,
                 stopping_from_proto(request, self._host.config.default_max_output_tokens),
                 scheduling_from_proto(request),
             )

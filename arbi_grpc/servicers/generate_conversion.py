@@ -13,7 +13,7 @@ from arbi_grpc.engine.output_constraint import ConstraintKind, OutputConstraint
 from arbi_grpc.engine.input_processor import ChatPrompt, PromptInput, TextPrompt, TokenPrompt
 from arbi_grpc.engine.request import FinishReason, Priority, RequestOutput, SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
-from arbi_grpc.errors import InvalidArgumentError, UnimplementedError
+from arbi_grpc.errors import InvalidArgumentError
 
 _FINISH_REASONS = {
     FinishReason.EOS_TOKEN: types_pb.FINISH_REASON_EOS_TOKEN,
@@ -67,12 +67,7 @@ def _constraint_from_proto(sampling: types_pb.SamplingParameters) -> OutputConst
     kind = ConstraintKind(which)
     text = {"json_schema": message.json_schema.schema_json, "regex": message.regex,
             "ebnf_grammar": message.ebnf_grammar}.get(which, "")
-    constraint = OutputConstraint(kind=kind, text=text, choices=tuple(message.choice.choices),
-                                  strict=message.strict)
-    # The grammar compiler and per-sequence matchers (issue 18) are not wired into the engine yet: refuse
-    # rather than generate unconstrained text.
-    raise UnimplementedError(f"sampling.output_constraint ({constraint.kind.value}) is accepted by the API "
-                             "but not enforced by this server yet")
+    return OutputConstraint(kind=kind, text=text, choices=tuple(message.choice.choices), strict=message.strict)
 
 
 def stopping_from_proto(request: pb.GenerateRequest, default_max_output_tokens: int) -> StoppingParams:

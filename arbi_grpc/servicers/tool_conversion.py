@@ -1,5 +1,6 @@
-"""ChatInput's tools, tool choice and tool turns -> the tools package's types and the prompt text; and the
-tool-call reading of a generation's responses (text -> text and ToolCallDeltas, finish reason TOOL_CALLS).
+"""ChatInput's tools, tool choice and tool turns -> the tools package's types, the prompt text and, for a
+`required` or named choice, the output constraint; and the tool-call reading of a generation's responses
+(text -> text and ToolCallDeltas, finish reason TOOL_CALLS).
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from typing import Any
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
+from arbi_grpc.engine.output_constraint import FIELD as CONSTRAINT_FIELD
+from arbi_grpc.engine.output_constraint import ConstraintKind, OutputConstraint
+from arbi_grpc.engine.sampling_params import SamplingParams
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.text.chat_template import ChatTemplate
+from arbi_grpc.tools.constraint_schema import tool_call_schema
 from arbi_grpc.tools.definitions import ToolChoice, ToolChoiceMode, ToolDefinition, ToolSet
 from arbi_grpc.tools.tool_call_stream import ToolCallStream
 from arbi_grpc.tools.tool_prompt import render_with_tools, tool_call_family
@@ -59,6 +64,15 @@ def tool_set_from_proto(chat: types_pb.ChatInput) -> ToolSet:
                   for index, tool in enumerate(chat.tools))
     parallel = chat.parallel_tool_calls if chat.HasField("parallel_tool_calls") else True
     return ToolSet(tools, tool_choice, parallel)
+
+
+def tool_call_constraint(tool_set: ToolSet, sampling: SamplingParams) -> OutputConstraint:
+    """The output constraint of a `required` or named tool choice: the tool-call JSON schema. The request's
+    own output constraint may not be set as well."""
+    if sampling.output_constraint is not None:
+        raise InvalidArgumentError(CONSTRAINT_FIELD, f"tool choice {tool_set.choice.mode.value!r} constrains the "
+                                                     "output to tool calls; leave output_constraint unset")
+    return OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(tool_call_schema(tool_set)))
 
 
 def messages_from_proto(chat: types_pb.ChatInput) -> list[dict[str, Any]]:

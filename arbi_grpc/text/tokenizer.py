@@ -109,6 +109,17 @@ class TextTokenizer:
         """The vocabulary entry (raw, e.g. byte-level `Ġhello`) of `token_id`, or None when out of range."""
         return self._backend.id_to_token(token_id)
 
+    def vocabulary(self) -> dict[str, int]:
+        """Every raw vocabulary entry (byte-level `Ġhello`, added tokens included) and its id."""
+        return self._backend.get_vocab(with_added_tokens=True)
+
+    def decoder_types(self) -> tuple[str, ...]:
+        """The `type` of tokenizer.json's decoder and of each step of a Sequence decoder (e.g. ByteLevel,
+        ByteFallback, Metaspace): how raw vocabulary entries become text."""
+        decoder = json.loads(self._backend.to_str()).get("decoder") or {}
+        steps = decoder.get("decoders", []) if decoder.get("type") == "Sequence" else [decoder]
+        return tuple(step.get("type", "") for step in steps if isinstance(step, dict))
+
     def is_special(self, token_id: int) -> bool:
         """True for control tokens (BOS, EOS, `<|im_end|>` ...) that decoding skips."""
         return token_id in self._facts.special_token_ids

@@ -93,8 +93,8 @@ def status_json(status: status_pb2.Status) -> dict[str, Any]:
 
 
 def api_error_of(status: status_pb2.Status, params: dict[str, str]) -> ApiError:
-    """The OpenAI error of an upstream Status; `params` renames the server's field paths to the request's
-    parameter names (an unknown field keeps its server name)."""
+    """The OpenAI error of an upstream Status; `params` renames the server's field paths (and the paths under
+    them) to the request's parameter names (an unknown field keeps its server name)."""
     reason, field = None, None
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
@@ -106,8 +106,20 @@ def api_error_of(status: status_pb2.Status, params: dict[str, str]) -> ApiError:
             detail.Unpack(bad_request)
             if bad_request.field_violations:
                 field = bad_request.field_violations[0].field
-    param = None if field is None else params.get(field.split("[", 1)[0], field)
+    param = None if field is None else _param_of(field, params)
     return ApiError(http_status_of(status), status.message, param, reason or code_pb2.Code.Name(status.code).lower())
+
+
+def _param_of(field: str, params: dict[str, str]) -> str:
+    """The parameter of the longest renamed field path that `field` starts with (a path segment is cut at
+    '.' or '['); the field itself when none is renamed."""
+    path = field
+    while path:
+        if path in params:
+            return params[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return field
 
 
 def _code_of(status: status_pb2.Status) -> grpc.StatusCode:

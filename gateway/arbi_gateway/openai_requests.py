@@ -5,7 +5,7 @@ parameters, and builds one GenerateRequest per (prompt, choice) in OpenAI's choi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
@@ -14,7 +14,7 @@ from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_gateway import json_schema
 from arbi_gateway.errors import invalid
 from arbi_gateway.openai_schemas import UNSUPPORTED_CHAT_PARAMETERS, UNSUPPORTED_COMPLETION_PARAMETERS
-from arbi_gateway.openai_structured import logit_bias, output_constraint
+from arbi_gateway.openai_structured import logit_bias, output_constraint, server_params, set_constraint
 from arbi_gateway.openai_tools import add_tools, history_message
 
 # OpenAI's default output length on /v1/completions.
@@ -34,6 +34,7 @@ SERVER_FIELD_PARAMS = {
     "sampling.presence_penalty": "presence_penalty",
     "sampling.frequency_penalty": "frequency_penalty",
     "sampling.seed": "seed",
+    "sampling.logit_bias": "logit_bias",
     "sampling.logprobs_count": "top_logprobs",
     "stopping.max_output_tokens": "max_tokens",
     "stopping.min_output_tokens": "min_tokens",
@@ -64,6 +65,8 @@ class GenerationPlan:
     top_logprob_count: int | None  # None: no logprobs
     echo: bool = False
     discard_output: bool = False  # max_tokens 0 with echo: one token is generated and dropped
+    # The server's field paths of this request under its parameter names (the output constraint's origin).
+    server_params: dict[str, str] = field(default_factory=dict)
 
     def requests(self) -> list[pb.GenerateRequest]:
         """One request per choice, prompt-major (choice index = prompt index * n + i); with a seed,
@@ -125,6 +128,16 @@ def _base_request(body: dict[str, Any], max_tokens: int | None, top_logprob_coun
     return request
 
 
+def _add_structured(body: dict[str, Any], request: pb.GenerateRequest) -> dict[str, str]:
+    """Sets the body's output constraint and logit bias on the request; returns the server_params."""
+    constraint = output_constraint(body)
+    if constraint is not None:
+        set_constraint(constraint, request.sampling)
+    for token_id, bias in logit_bias(body).items():
+        request.sampling.logit_bias[token_id] = bias
+    return server_params(constraint)
+
+
 def _streaming(body: dict[str, Any]) -> tuple[bool, bool]:
     stream = bool(body.get("stream"))
     options = body.get("stream_options")
@@ -153,17 +166,12 @@ def chat_plan(body: dict[str, Any], schema: json_schema.Schema) -> GenerationPla
         for call in history.tool_calls:
             added.tool_calls.add(id=call.call_id, name=call.name, arguments=json.dumps(call.arguments))
     add_tools(body, request.chat)
-    constraint = output_constraint(body)
-    if constraint is not None:
-        raise invalid(constraint.param, f"'{constraint.param}' needs the server's grammar engine, which is not "
-                                        "wired yet.", "unsupported_parameter")
-    for token_id, bias in logit_bias(body).items():
-        request.sampling.logit_bias[token_id] = bias
+    params = _add_structured(body, request)
     stream, include_usage = _streaming(body)
     return GenerationPlan(
         model=body["model"], prompts=(Prompt(request, None),), choice_count=body.get("n") or 1,
         stream=stream, include_usage=include_usage,
-        top_logprob_count=(body.get("top_logprobs") or 0) if logprobs else None,
+        top_logprob_count=(body.get("top_logprobs") or 0) if logprobs else None, server_params=params,
     )
 
 
@@ -183,6 +191,7 @@ def completion_plan(body: dict[str, Any], schema: json_schema.Schema) -> Generat
         logprob_count or 0,
         prompt_logprobs=echo and logprob_count is not None,
     )
+    params = _add_structured(body, request)
     prompts = []
     for prompt in _prompt_list(body["prompt"]):
         single = pb.GenerateRequest()
@@ -196,6 +205,7 @@ def completion_plan(body: dict[str, Any], schema: json_schema.Schema) -> Generat
     return GenerationPlan(
         model=body["model"], prompts=tuple(prompts), choice_count=body.get("n") or 1, stream=stream,
         include_usage=include_usage, top_logprob_count=logprob_count, echo=echo, discard_output=discard_output,
+        server_params=params,
     )
 
 

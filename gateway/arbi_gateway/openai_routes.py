@@ -49,10 +49,11 @@ class _Reply:
 
 class _ChatShape:
     id_prefix, object_name, chunk_object_name = "chatcmpl", "chat.completion", "chat.completion.chunk"
-    params: ClassVar[dict[str, str]] = SERVER_FIELD_PARAMS
+    BASE_PARAMS: ClassVar[dict[str, str]] = SERVER_FIELD_PARAMS
 
     def __init__(self, plan: GenerationPlan) -> None:
         self._logprobs = plan.top_logprob_count is not None
+        self.params = {**self.BASE_PARAMS, **plan.server_params}
 
     def choice(self, index: int, reply: _Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
@@ -93,10 +94,11 @@ class _ChatShape:
 
 class _CompletionShape:
     id_prefix, object_name, chunk_object_name = "cmpl", "text_completion", "text_completion"
-    params: ClassVar[dict[str, str]] = {**SERVER_FIELD_PARAMS, "sampling.logprobs_count": "logprobs"}
+    BASE_PARAMS: ClassVar[dict[str, str]] = {**SERVER_FIELD_PARAMS, "sampling.logprobs_count": "logprobs"}
 
     def __init__(self, plan: GenerationPlan, echo_texts: list[str]) -> None:
         self._logprobs = plan.top_logprob_count is not None
+        self.params = {**self.BASE_PARAMS, **plan.server_params}
         self._echo_texts = echo_texts
         self._choice_count = plan.choice_count
 
@@ -140,7 +142,7 @@ async def completions(request: Request) -> Response:
                 echo_texts.append(await gateway.token_texts.detokenize(
                     plan.model, list(prompt.request.token_ids.ids), metadata))
             except grpc.RpcError as error:
-                raise _openai_error(error, _CompletionShape.params) from None
+                raise _openai_error(error, _CompletionShape.BASE_PARAMS) from None
     return await _respond(request, gateway, plan, _CompletionShape(plan, echo_texts))
 
 

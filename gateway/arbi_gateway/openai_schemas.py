@@ -4,14 +4,18 @@
 Parameters of OpenAI's API that arbi-serve does not implement are listed by name: a request that sets one
 (to anything but null) is refused with a 400 that names it, never silently ignored. The extensions
 `top_k`, `min_p`, `repetition_penalty`, `min_tokens` and `ignore_eos` reach the server's sampling and
-stopping options; structured output and tools are in `openai_structured_schemas.py`.
+stopping options; structured output (both routes) and tools (chat) are in `openai_structured_schemas.py`.
 """
 
 from __future__ import annotations
 
 from arbi_gateway.config import GatewayConfig
 from arbi_gateway.json_schema import Schema
-from arbi_gateway.openai_structured_schemas import TOOL_CALL, structured_chat_properties
+from arbi_gateway.openai_structured_schemas import (
+    TOOL_CALL,
+    structured_chat_properties,
+    structured_output_properties,
+)
 
 MAX_INT32 = 2**31 - 1
 MAX_SEED = 2**63 - 1
@@ -22,7 +26,7 @@ UNSUPPORTED_CHAT_PARAMETERS = frozenset({
     "audio", "function_call", "functions", "metadata", "modalities", "prediction", "prompt_cache_key",
     "reasoning_effort", "safety_identifier", "service_tier", "store", "verbosity", "web_search_options",
 })
-UNSUPPORTED_COMPLETION_PARAMETERS = frozenset({"best_of", "logit_bias", "suffix"})
+UNSUPPORTED_COMPLETION_PARAMETERS = frozenset({"best_of", "suffix"})
 
 
 def _nullable(kind: str, description: str, **constraints: object) -> Schema:
@@ -124,6 +128,7 @@ def completion_request_schema(config: GatewayConfig) -> Schema:
         "echo": _nullable("boolean", "Return the prompt before the output (with its logprobs when asked)."),
         "logprobs": _nullable("integer", "Return logprobs with this many most likely alternatives.",
                               minimum=0, maximum=MAX_TOP_LOGPROBS),
+        **structured_output_properties(),
     })
     properties["max_tokens"]["description"] += " Default 16; 0 is allowed with echo."
     return {"type": "object", "additionalProperties": False, "required": ["model", "prompt"],

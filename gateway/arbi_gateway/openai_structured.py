@@ -1,8 +1,9 @@
-"""Structured output of an OpenAI chat body: `response_format` and the vLLM spellings (`guided_json`,
-`guided_regex`, `guided_choice`, `guided_grammar`, `structured_outputs: {json, regex, choice, grammar,
-json_object}`) as one output constraint, and `logit_bias`. At most one constraint per request; the server
-checks what it can only check by compiling (schema keywords, regex and grammar syntax) and the gateway
-names the parameter the constraint came from in that error.
+"""Structured output of an OpenAI chat or completion body: `response_format` and the vLLM spellings
+(`guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`, `structured_outputs: {json, regex, choice,
+grammar, json_object}`) as one output constraint, set on the request's `SamplingParameters.output_constraint`;
+and `logit_bias`. At most one constraint per request; the server checks what it can only check by compiling
+(schema keywords, regex and grammar syntax) and the gateway names the parameter the constraint came from in
+that error (`server_params`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
+
 from arbi_gateway.errors import invalid
 
 TOKEN_ID_LIMIT = 2**31 - 1
+CONSTRAINT_FIELD = "sampling.output_constraint"
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,27 @@ def output_constraint(body: dict[str, Any]) -> OutputConstraint | None:
         names = ", ".join(f"'{constraint.param}'" for constraint in found)
         raise invalid(found[1].param, f"Set one output constraint, got {names}.")
     return found[0] if found else None
+
+
+def set_constraint(constraint: OutputConstraint, sampling: types_pb.SamplingParameters) -> None:
+    """Writes the constraint into the request's sampling parameters."""
+    message = sampling.output_constraint
+    if constraint.kind == "json_schema":
+        message.json_schema.schema_json = json.dumps(constraint.json_schema)
+        message.strict = constraint.strict
+    elif constraint.kind == "json_object":
+        message.json_object.SetInParent()
+    elif constraint.kind == "regex":
+        message.regex = constraint.text
+    elif constraint.kind == "grammar":
+        message.ebnf_grammar = constraint.text
+    else:
+        message.choice.choices.extend(constraint.choices)
+
+
+def server_params(constraint: OutputConstraint | None) -> dict[str, str]:
+    """The server's field of the constraint (and each field under it) under the parameter it came from."""
+    return {} if constraint is None else {CONSTRAINT_FIELD: constraint.param}
 
 
 def logit_bias(body: dict[str, Any]) -> dict[int, float]:

@@ -1,4 +1,4 @@
-"""The JSON schemas of the chat parameters for structured output and tool calling: `response_format`,
+"""The JSON schemas of the parameters for structured output (chat and completions) and tools (chat): `response_format`,
 `tools`, `tool_choice`, `parallel_tool_calls`, `logit_bias`, the vLLM spellings (`guided_json`,
 `guided_regex`, `guided_choice`, `guided_grammar`, `structured_outputs`), and the chat messages that carry
 tool calls and tool results. Rules between them are checked in `openai_structured.py` and `openai_tools.py`.
@@ -81,12 +81,19 @@ _STRUCTURED_OUTPUTS: Schema = {
 def structured_chat_properties() -> dict[str, Schema]:
     """The chat request's properties for structured output and tools."""
     return {
-        "response_format": RESPONSE_FORMAT,
         "tools": {"type": ["array", "null"], "maxItems": MAX_TOOLS, "items": TOOL,
                   "description": "Functions the model may call."},
         "tool_choice": TOOL_CHOICE,
         "parallel_tool_calls": {"type": ["boolean", "null"],
                                 "description": "Allow several tool calls in one answer (default true)."},
+        **structured_output_properties(),
+    }
+
+
+def structured_output_properties() -> dict[str, Schema]:
+    """The properties for structured output and logit bias, of chat and completion requests alike."""
+    return {
+        "response_format": RESPONSE_FORMAT,
         "logit_bias": {"type": ["object", "null"], "additionalProperties": {"type": "number", "minimum": -100,
                                                                             "maximum": 100},
                        "description": "Token id (as a string) -> bias added to its logit, in [-100, 100]."},

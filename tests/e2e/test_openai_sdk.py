@@ -133,8 +133,8 @@ def test_sdk_errors(client: openai.OpenAI, model: str) -> None:
         client.chat.completions.create(model=model, messages=_messages(), n=99)
     assert too_many.value.param == "n"
     with pytest.raises(openai.BadRequestError) as unsupported:
-        client.chat.completions.create(model=model, messages=_messages(), response_format={"type": "json_object"})
-    assert unsupported.value.param == "response_format"
+        client.chat.completions.create(model=model, messages=_messages(), functions=[{"name": "f"}])
+    assert (unsupported.value.param, unsupported.value.code) == ("functions", "unsupported_parameter")
 
 
 def test_async_client_streams_concurrently(gateway: GatewayProcess, model: str, served_smollm2) -> None:

@@ -96,7 +96,7 @@ BAD_INPUTS = [
     ({"guided_choice": []}, "guided_choice"),
     ({"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
     ({"logit_bias": {"x": 1}}, "logit_bias.x"),
-    ({"logit_bias": {"49152": 1}}, "sampling.logit_bias"),  # one past SmolLM2's vocabulary
+    ({"logit_bias": {"49152": 1}}, "logit_bias"),  # one past SmolLM2's vocabulary
 ]
 
 

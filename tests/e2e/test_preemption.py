@@ -3,6 +3,7 @@ request exactly the output it gets alone, and the pool ends fully free."""
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -39,5 +40,34 @@ def test_outputs_survive_preemption(small_pool_server) -> None:
     assert engine.stats().num_preemptions > 0
     for alone, batched in zip(solo, together):
         assert batched.token_ids == alone.token_ids
+    channel.close()
+    wait_for_idle_pool(engine)
+
+
+def test_constrained_outputs_survive_preemption(small_pool_server) -> None:
+    """A preempted constrained sequence is recomputed with its matcher as it was: the same output as alone."""
+    from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
+
+    channel, stub = stub_for(small_pool_server.target)
+    engine = small_pool_server.served.engine
+    pattern = r"[a-z]+( [a-z]+){30,50}\."
+    requests = [chat_request(f"Describe a color, please. Number {i}.", max_output_tokens=40) for i in range(6)]
+    for request in requests:
+        request.stopping.ignore_eos = True
+    for request in requests[::2]:
+        request.sampling.output_constraint.regex = pattern
+    solo = [generate(stub, request) for request in requests]
+    preemptions = engine.stats().num_preemptions
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        together = list(pool.map(lambda request: generate(stub, request), requests))
+    assert engine.stats().num_preemptions > preemptions
+    for alone, batched in zip(solo, together):
+        assert batched.token_ids == alone.token_ids
+    for completion in together[::2]:
+        if completion.last.finish_reason == types_pb.FINISH_REASON_EOS_TOKEN:
+            assert re.fullmatch(pattern, completion.text), completion.text
+        else:  # cut by max_output_tokens: a prefix of the pattern's language
+            assert completion.last.finish_reason == types_pb.FINISH_REASON_MAX_OUTPUT_TOKENS
+            assert re.fullmatch(r"[a-z]+( [a-z]*)*", completion.text), completion.text
     channel.close()
     wait_for_idle_pool(engine)

@@ -7,7 +7,7 @@ import pytest
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 from arbi_grpc.engine.output_constraint import ConstraintKind, OutputConstraint
-from arbi_grpc.errors import InvalidArgumentError, UnimplementedError
+from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.servicers.generate_conversion import sampling_from_proto
 
 
@@ -32,14 +32,13 @@ def test_cache_key_tells_kinds_and_strictness_apart() -> None:
     assert len(keys) == 4
 
 
-def test_proto_constraint_is_validated_then_refused_as_not_wired() -> None:
+def test_proto_constraint_is_validated_then_converted() -> None:
     request = pb.GenerateRequest(prompt="x")
     request.sampling.output_constraint.choice.SetInParent()
     with pytest.raises(InvalidArgumentError, match="choice list is empty"):
         sampling_from_proto(request)
     request.sampling.output_constraint.regex = r"\d+"
-    with pytest.raises(UnimplementedError, match="regex"):
-        sampling_from_proto(request)
+    assert sampling_from_proto(request).output_constraint == OutputConstraint(ConstraintKind.REGEX, r"\d+")
 
 
 def test_proto_logit_bias_reaches_sampling_params() -> None:
