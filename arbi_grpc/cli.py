@@ -71,7 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
     chat = commands.add_parser("chat", help="send one chat message to a running server")
     chat.add_argument("prompt", nargs="?", help="the message (read from stdin when omitted)")
     chat.add_argument("--url", default=f"127.0.0.1:{DEFAULT_PORT}", help="server address (host:port)")
-    chat.add_argument("--model", default="", help="model name (default: the resident model)")
+    chat.add_argument("--model", default="", help="model name (default: the server's default model)")
     chat.add_argument("--max-tokens", type=int, default=512, help="most tokens in the reply")
     chat.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     chat.add_argument("--token", default=os.environ.get(_TOKEN_ENV, ""),
@@ -126,22 +126,24 @@ def _serve(args: argparse.Namespace) -> int:
 def _serve_with_logs(args: argparse.Namespace, observability: ObservabilityConfig) -> int:
     from arbi_grpc.config import EngineConfig
     from arbi_grpc.config_flags import resolve
+    from arbi_grpc.model_specs import served_model_configs
     from arbi_grpc.server import GrpcServer
     from arbi_grpc.server_config import ServerConfig
 
     engine_config, server_config = resolve(EngineConfig, args), resolve(ServerConfig, args)
+    model_configs = served_model_configs(engine_config)
     signals = ShutdownSignals().install()  # before the model loads: a SIGTERM meanwhile drains once it is up
     server = GrpcServer(engine_config, server_config.address, server_config, observability=observability).start()
     log = logging.getLogger("arbi_grpc")
-    log.info("gRPC server listening on %s; loading %s", server.target, engine_config.model)
+    log.info("gRPC server listening on %s; loading %s", server.target, ", ".join(c.model for c in model_configs))
     if server.metrics_exporter is not None:
         log.info("Prometheus metrics on %s", server.metrics_exporter.url)
     if server.credentials.admin_token_path is not None:
         log.info("admin token: %s", server.credentials.admin_token_path)
     try:
-        server.load_model(engine_config.model)
+        server.load_models(model_configs)
         server.wait_for_embedding_models()
-        log.info("ready: serving %s", ", ".join([server.served.name, *server.embeddings.names]))
+        log.info("ready: serving %s", ", ".join([*(m.name for m in server.host.models()), *server.embeddings.names]))
         fault = signals.wait_for_stop(lambda: _engine_fault(server))
     except BaseException:
         server.stop()
@@ -158,10 +160,11 @@ def _serve_with_logs(args: argparse.Namespace, observability: ObservabilityConfi
 
 
 def _engine_fault(server: GrpcServer) -> str | None:
-    """Why the resident model's engine can no longer serve (its thread died), or None."""
-    served = server.served
-    failure = served.engine.failure if served is not None else None
-    return None if failure is None else str(failure)
+    """Why a resident model's engine can no longer serve (its thread died), or None."""
+    for served in server.host.models():
+        if served.engine.failure is not None:
+            return f"model {served.name!r}: {served.engine.failure}"
+    return None
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -23,9 +23,10 @@ MAX_KV_EXACT_BLOCKS = 16
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 
 
-def setting(default, help: str):  # noqa: A002 (mirrors argparse's name)
-    """A config field with its help text."""
-    return field(default=default, metadata={"help": help})
+def setting(default, help: str, repeat: bool = False):  # noqa: A002 (mirrors argparse's name)
+    """A config field with its help text; a `repeat` (string) field's flag may be given several times, its
+    values joined with ',' (as its environment variable lists them)."""
+    return field(default=default, metadata={"help": help, "repeat": repeat})
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,15 @@ class SchedulingLimits:
 class _EngineFields(SchedulingLimits):
     """EngineConfig's fields (after the scheduling limits it includes), each holding a resolved value."""
 
-    model: str = setting("SmolLM2-135M-Instruct", "model name, Hugging Face style directory or .gguf file")
+    model: str = setting(
+        "SmolLM2-135M-Instruct", "chat model to serve: a name, Hugging Face style directory or .gguf file; NAME=SPEC "
+        "serves it under NAME; repeat the flag (',' in the environment) to serve several, the first being the default "
+        "for requests that name none", repeat=True,
+    )
+    models_file: str = setting(
+        "", "TOML file of the chat models to serve instead of --model: [[model]] tables with spec, optional name and "
+            "per-model settings (docs/operations.md); the first is the default"
+    )
     device: str = setting("cpu", "device to run on: cpu or cuda")
     dtype: str = setting(
         "auto", "weights and activations dtype: float32, bfloat16 or auto (float32 on cpu, bfloat16 on cuda)"
@@ -112,7 +121,15 @@ class _EngineFields(SchedulingLimits):
         10000, "longest an output constraint's grammar may take to compile; a request whose grammar takes longer "
                "fails RESOURCE_EXHAUSTED (the compile still finishes and is cached)"
     )
-    torch_threads: int = setting(0, "CPU threads used by torch (0 = torch's default)")
+    torch_threads: int = setting(
+        0, "CPU threads used by torch in each rank (0 = torch's default; under tensor parallelism on the CPU, the "
+           "cores shared evenly among the ranks)"
+    )
+    tensor_parallel_size: int = setting(
+        1, "ranks the model is split across (tensor parallelism over torch.distributed: gloo on cpu, NCCL on cuda, "
+           "one GPU per rank); the server spawns ranks 1..N-1 itself. Heads, KV heads, intermediate size and "
+           "vocabulary must divide by it"
+    )
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
            "(0 = what the machine offers at boot)"
@@ -144,6 +161,7 @@ class EngineConfig(_EngineFields):
             raise InvalidArgumentError("grammar_compile_timeout_ms", f"must be > 0, got {self.grammar_compile_timeout_ms}")
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
+        check_tensor_parallel(self)
         if self.memory_limit_mib < 0:
             raise InvalidArgumentError("memory_limit_mib", f"must be >= 0, got {self.memory_limit_mib}")
         if self.attention_backend in ("triton", "flashinfer") and self.device != "cuda":
@@ -234,6 +252,26 @@ def resolve_auto_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if resolved["kv_cache_dtype"] == "auto":
         resolved["kv_cache_dtype"] = resolved["dtype"]
     return {**settings, **resolved}
+
+
+def check_tensor_parallel(config: EngineConfig) -> None:
+    """--tensor-parallel-size: >= 1; above 1, the features whose worker-rank side is not built are refused
+    (NotImplementedError naming the flag to change)."""
+    size = config.tensor_parallel_size
+    if size < 1:
+        raise InvalidArgumentError("tensor_parallel_size", f"must be >= 1, got {size}")
+    if size == 1:
+        return
+    if config.kv_cache_dtype == "tkv":
+        raise NotImplementedError(
+            f"--tensor-parallel-size {size} with --kv-cache-dtype tkv: the calibration bundle is not split by KV "
+            "head across ranks yet; use --kv-cache-dtype auto, or --tensor-parallel-size 1"
+        )
+    if config.device == "cuda" and config.cuda_graph_max_batch > 0:
+        raise NotImplementedError(
+            f"--tensor-parallel-size {size} with CUDA graphs: the worker ranks run every step eagerly and capture "
+            "no graph; pass --cuda-graph-max-batch 0"
+        )
 
 
 def check_kv_exact_blocks(exact_blocks: int, block_size: int) -> None:

@@ -55,6 +55,9 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
         if kind is bool:
             group.add_argument(flag_name(field.name), dest=field.name, default=None,
                                action=argparse.BooleanOptionalAction, help=help_text)
+        elif field.metadata.get("repeat"):
+            group.add_argument(flag_name(field.name), dest=field.name, default=None, action="append",
+                               help=f"{help_text}; may be repeated")
         else:
             group.add_argument(flag_name(field.name), dest=field.name, default=None,
                                type=lambda text, k=kind, f=field.name: _parse(k, text, flag_name(f)),
@@ -71,6 +74,8 @@ def resolve(config_class: type[ConfigT], args: argparse.Namespace | None = None,
         if env_name(field.name) in environ:
             values[field.name] = _parse(kind, environ[env_name(field.name)], env_name(field.name))
         flag_value = getattr(args, field.name, None) if args is not None else None
+        if isinstance(flag_value, list):  # a repeated flag
+            flag_value = ",".join(flag_value)
         if flag_value is not None:
             values[field.name] = flag_value
     return config_class(**values)

@@ -30,6 +30,12 @@ class UnimplementedError(ArbiError):
     code = "UNIMPLEMENTED"
 
 
+class EngineStepError(ArbiError):
+    """One engine step failed (a device or model error): only the requests in that step end; the engine goes on."""
+
+    code = "INTERNAL"
+
+
 class NotFoundError(ArbiError):
     """A named model (or other resource) does not exist."""
 

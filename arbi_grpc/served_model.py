@@ -1,5 +1,8 @@
 """Assembles a ready-to-serve engine from an EngineConfig: resolve and load the model, size the paged KV
-cache, check the memory budget, and wire scheduler, model runner, tokenizer, output processing and metrics.
+cache, check the memory budget (with what the server already holds, `Placement`), and wire scheduler, model
+runner, tokenizer, output processing and metrics. With --tensor-parallel-size N > 1 this process is rank 0: it
+spawns the other ranks (`parallel.launch`), holds its own shard, and sizes and checks the KV pool and memory
+budget per rank.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
-from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent
+from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent, MemoryLimit
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
 from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget, reserved_growth
+from arbi_grpc.memory.residents import pending_model_component, with_residents
+from arbi_grpc.model_specs import parse_model_spec
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
@@ -38,9 +43,31 @@ from arbi_grpc.models.model_cache import default_cache_root, resolve_model
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
 from arbi_grpc.observability.engine_observer import EngineObserver
 from arbi_grpc.observability.metrics import ModelMetrics
+from arbi_grpc.parallel.group import SINGLE_RANK
+from arbi_grpc.parallel.launch import WorkerRanks
+from arbi_grpc.parallel.shard_plan import per_rank_model_config
+from arbi_grpc.parallel.threads import set_rank_threads
 from arbi_grpc.text.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a model loads beside: the components the server already holds (other models, counted ahead of its
+    own), the host components every budget lists (the audio models, on a CPU engine), the server's memory limit
+    (None: read now, before anything is allocated) and the estimated components (all but their KV pools) of the
+    chat models still to load after it, which a default KV pool leaves room for and splits with
+    (`kv_pool_default.py`)."""
+
+    residents: tuple[MemoryComponent, ...] = ()
+    host_components: tuple[MemoryComponent, ...] = ()
+    limit: MemoryLimit | None = None
+    pending: tuple[MemoryComponent, ...] = ()
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(component.num_bytes for component in self.residents)
 
 
 @dataclass(frozen=True)
@@ -56,52 +83,74 @@ class ServedModel:
     parameter_count: int
     weight_bytes: int
     kv_block_bytes: int  # one block over all layers, keys and values (state per first block or batch slot is apart)
-    memory_budget: MemoryBudget  # measured at boot
+    memory_budget: MemoryBudget  # its own components, measured at its load (the other residents are apart)
     metrics: ModelMetrics
 
 
-def build_served_model(config: EngineConfig, host_components: tuple[MemoryComponent, ...] = ()) -> ServedModel:
-    """Checks the memory budget, loads the model and starts its engine thread. `host_components` are what else
-    the server keeps in host memory (the audio models), counted in a CPU engine's budget.
+def build_served_model(config: EngineConfig, placement: Placement = Placement()) -> ServedModel:
+    """Checks the memory budget, loads the model and starts its engine thread. `config.model` is SPEC or
+    NAME=SPEC (served under NAME; else under the model's own name).
 
-    The budget is checked twice, failing with ResourceExhaustedError that names the component: estimated
-    from config.json before anything is loaded, then measured once the weights and KV pool are allocated
-    and the largest step has been profiled.
+    The budget is checked twice, failing with ResourceExhaustedError that names the model and the component:
+    estimated from config.json before anything is loaded, then measured once the weights and KV pool are
+    allocated and the largest step has been profiled; both times with `placement.residents` ahead of the
+    model's own components. Under tensor parallelism both are rank 0's: its shard and its KV pool (of its KV
+    heads; every rank holds as many blocks).
     """
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
-    limit = memory_limit(config)  # read before this process allocates anything
-    resolved = resolve_model(config.model)
+    world_size = config.tensor_parallel_size
+    limit = placement.limit or memory_limit(config)  # read before this process allocates anything
+    requested = parse_model_spec(config.model)
+    resolved = resolve_model(requested.spec)
+    name = requested.name or resolved.name
+    host_components = placement.host_components
     declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
+    rank_declared = per_rank_model_config(declared, world_size)  # refuses shapes that do not split
+    set_rank_threads(config, world_size)
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
-    kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration, host_components)
-    estimate_budget(config, declared, kv_pool, limit, host_components).check_fits()
+    subject = f"model {name!r}"
+    kv_pool = plan_default_kv_pool(config, rank_declared, limit, tkv_calibration, host_components,
+                                   placement.residents, placement.pending, subject)
+    with_residents(estimate_budget(config, rank_declared, kv_pool, limit, host_components), subject,
+                   placement.residents).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
     backend = select_attention_backend(config)
-    model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend)
-    tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
-    kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)
-    runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend)
-    budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes,
-                            host_components=host_components)
-    budget.check_fits()
+    ranks, group = (None, SINGLE_RANK) if world_size == 1 else WorkerRanks.start(config, resolved.directory,
+                                                                                 num_blocks, max_model_len)
+    try:
+        model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend,
+                                         tensor_parallel=group)
+        tokenizer = TextTokenizer.from_model_dir(resolved.directory)
+        kv_cache = build_kv_cache(config, per_rank_model_config(model_config, world_size), num_blocks,
+                                  tkv_calibration)
+        if ranks is not None:
+            ranks.wait_ready()
+        runner, graph_bytes = build_runner(model, kv_cache, config, max_model_len, backend, ranks)
+        budget = measure_budget(model, kv_cache, config, kv_pool, limit, cuda_graph_bytes=graph_bytes,
+                                host_components=host_components, resident_bytes=placement.resident_bytes)
+        with_residents(budget, subject, placement.residents).check_fits()
+    except BaseException:
+        if ranks is not None:
+            ranks.close()
+        raise
     metrics = ModelMetrics()
     grammars = build_constraint_compiler(tokenizer, model_config, config, metrics)
     engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics),
                              grammars)
-    metrics.watch(engine, budget, {"model": resolved.name, "architecture": model_config.architecture,
+    if ranks is not None:
+        ranks.watch(engine)
+    metrics.watch(engine, budget, {"model": name, "architecture": model_config.architecture,
                                    "dtype": config.dtype, "device": config.device}, config.enable_prefix_cache)
     engine.start()
     log.info(
-        "boot: serving %s with context %d tokens; config %s; memory budget %s", resolved.name, max_model_len,
-        " ".join(f"{name}={value}" for name, value in asdict(config).items()), budget.summary(),
-        extra={"event": "boot", "model": resolved.name, "config": asdict(config),
+        "boot: serving %s with context %d tokens; config %s; memory budget %s", name, max_model_len,
+        " ".join(f"{key}={value}" for key, value in asdict(config).items()), budget.summary(),
+        extra={"event": "boot", "model": name, "config": asdict(config),
                "memory_budget": budget.as_dict()},
     )
     return ServedModel(
-        name=resolved.name,
+        name=name,
         model_config=model_config,
         engine=engine,
         inputs=InputProcessor(tokenizer, model_config.vocab_size, max_model_len, grammars),
@@ -115,17 +164,29 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
     )
 
 
+def estimated_model_component(config: EngineConfig, limit: MemoryLimit,
+                              host_components: tuple[MemoryComponent, ...] = ()) -> MemoryComponent:
+    """A chat model still to load as one component, estimated from its config.json with an empty KV pool (what a
+    default pool of an earlier model leaves room for)."""
+    requested = parse_model_spec(config.model)
+    resolved = resolve_model(requested.spec)
+    declared = per_rank_model_config(ModelConfig.from_hf_config(read_hf_config(resolved.directory)),
+                                     config.tensor_parallel_size)
+    return pending_model_component(requested.name or resolved.name, config, declared, limit, host_components)
+
+
 def build_runner(
     model: CausalLM,
     kv_cache: KVStorage,
     config: EngineConfig,
     max_model_len: int,
     backend: AttentionBackend,
+    ranks: WorkerRanks | None = None,
 ) -> tuple[ModelRunner, int]:
-    """The model runner, with its decode steps captured as CUDA graphs when on CUDA and the backend allows;
-    returns it and the bytes the capture kept reserved (0 without graphs). Capture before profiling memory:
-    a capture empties the allocator's cache."""
-    runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device)
+    """The model runner (rank 0's when `ranks` are the other tensor-parallel ranks), with its decode steps
+    captured as CUDA graphs when on CUDA and the backend allows; returns it and the bytes the capture kept
+    reserved (0 without graphs). Capture before profiling memory: a capture empties the allocator's cache."""
+    runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device, ranks)
     graph_batch = config.cuda_graph_batch
     if kv_cache.device.type != "cuda" or graph_batch == 0 or not backend.cuda_graph_safe:
         return runner, 0

@@ -4,14 +4,13 @@ transport limits of a ServerConfig.
 
 `GrpcServer` runs a grpc.aio server on its own event loop thread, so the CLI, tests and benchmarks start
 and stop it the same way. Health follows readiness: NOT_SERVING (overall and for GenerateService) while no
-model is resident and during a drain, SERVING when a request can be admitted. Every RPC is counted by the
+model is resident and during a drain, SERVING when a request for the default model can be admitted. Every RPC is counted by the
 metrics interceptor; `GET /metrics` is served on a port of its own unless `metrics_port` is 0.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 
 import grpc
@@ -29,6 +28,7 @@ from arbi_grpc.batches.data_services import DataServices
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.embeddings.metrics import register_embedding_metrics
 from arbi_grpc.embeddings.resident import ResidentEmbeddingModels
+from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent
 from arbi_grpc.model_host import ModelHost, ModelLoader
 from arbi_grpc.models.model_cache import default_cache_root
 from arbi_grpc.observability.exporter import MetricsExporter
@@ -36,7 +36,7 @@ from arbi_grpc.observability.metrics import ServerMetrics
 from arbi_grpc.observability.rpc_interceptor import RpcMetricsInterceptor
 from arbi_grpc.observability.settings import ObservabilityConfig
 from arbi_grpc.reflection import enable_reflection
-from arbi_grpc.served_model import ServedModel, build_served_model
+from arbi_grpc.served_model import ServedModel, build_served_model, estimated_model_component
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers.admin import AdminServicer
 from arbi_grpc.servicers.audio import AudioServicer
@@ -55,8 +55,8 @@ _SERVICE_NAMES = (GENERATE_SERVICE, ADMIN_SERVICE, EMBEDDING_SERVICE, FILE_SERVI
 class GrpcServer:
     """A server bound to `address` (host:port; port 0 picks a free one).
 
-    `model` is a loaded model, or the EngineConfig of one to load with `load_model` after `start` (the
-    server answers health checks, NOT_SERVING, while it loads).
+    `model` is a loaded model, or the EngineConfig to load models with (`load_models` or `load_model` after
+    `start`; the server answers health checks, NOT_SERVING, while the first loads).
     """
 
     def __init__(self, model: ServedModel | EngineConfig, address: str = "127.0.0.1:0",
@@ -69,17 +69,17 @@ class GrpcServer:
         # In-process servers (tests, benchmarks, applications embedding one) open no metrics endpoint unless
         # given one; `arbi-serve serve` passes the flags' config, whose default port is on.
         self.observability = observability or ObservabilityConfig(metrics_port=0)
-        self.metrics = ServerMetrics(lambda: self.served.metrics if self.served else None)
+        self.metrics = ServerMetrics(lambda: [(m.name, m.metrics) for m in self.host.models()])
         self.metrics_exporter: MetricsExporter | None = None  # serving GET /metrics when metrics_port is set
         self.credentials: Credentials = load_credentials(self.config, default_cache_root().parent)
         self._health = health.aio.HealthServicer()
-        if self.config.audio and loader is build_served_model:
-            audio_memory = estimated_audio_component()
-            if audio_memory is not None:  # reserved before the models load, so a CPU engine leaves them room
-                loader = functools.partial(build_served_model, host_components=(audio_memory,))
+        # The audio models are reserved before the models load, so a CPU engine leaves them room.
+        audio_memory = estimated_audio_component() if self.config.audio and loader is build_served_model else None
+        self._host_components = (audio_memory,) if audio_memory is not None else ()
         served = model if isinstance(model, ServedModel) else None
-        self.host = ModelHost(engine_config, loader, served, self._publish_readiness)
-        self.embeddings = ResidentEmbeddingModels(engine_config.device)
+        self.embeddings = ResidentEmbeddingModels(engine_config.device, check_fits=self._check_embedding_fits)
+        self.host = ModelHost(engine_config, loader, served, self._publish_readiness, self._host_components,
+                              self.embeddings.components)
         register_embedding_metrics(self.metrics.registry, self.embeddings)
         self._embedding_loads: list[asyncio.Task] = []
         self._address = address
@@ -105,8 +105,24 @@ class GrpcServer:
         return self
 
     def load_model(self, spec: str) -> ServedModel:
-        """Loads the first model (blocking); readiness turns SERVING when it is resident."""
+        """Loads a chat model (blocking); readiness turns SERVING when the first is resident."""
         return asyncio.run_coroutine_threadsafe(self.host.load(spec), self._loop).result()
+
+    def load_models(self, configs: list[EngineConfig]) -> list[ServedModel]:
+        """Loads the chat models of `configs` in order (blocking; the first is the default model), the default
+        KV pools splitting what is free equally among them (`memory/kv_pool_default.py`)."""
+        limit = self.host.memory_limit()  # read before anything of theirs is allocated
+        estimates = [estimated_model_component(config, limit, self._host_components) for config in configs[1:]]
+        return [asyncio.run_coroutine_threadsafe(self.host.load(config, tuple(estimates[index:])),
+                                                 self._loop).result()
+                for index, config in enumerate(configs)]
+
+    def _check_embedding_fits(self, name: str, component: MemoryComponent) -> None:
+        """Checks an embedding model's estimate against the server's budget with every model resident."""
+        device = self.host.config.device
+        host = self._host_components if device == "cpu" else ()
+        MemoryBudget(device, "estimated", (*self.host.resident_components(), *host, component),
+                     self.host.memory_limit(), subject=f"embedding model {name!r}").check_fits()
 
     def wait_for_embedding_models(self) -> None:
         """Blocks until the configured embedding models are resident; raises the first load's error."""
@@ -143,7 +159,7 @@ class GrpcServer:
         )
         embedding_service_pb2_grpc.add_EmbeddingServiceServicer_to_server(EmbeddingServicer(self.embeddings), server)
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(self.host, self.config, bool(self.credentials.generate_token), self.embeddings), server
+            AdminServicer(self.host, self.config, self.credentials.generate_guarded, self.embeddings), server
         )
         if self.config.audio:
             audio_service_pb2_grpc.add_AudioServiceServicer_to_server(
@@ -161,9 +177,9 @@ class GrpcServer:
             raise OSError(f"cannot bind gRPC server to {self._address}")
         await self._health.set(ADMIN_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await self._load_embedding_models()
-        if self.host.served is not None:
-            self.host.watch_engine(self.host.served.engine)
-        self.data.register(server, self.target, self.credentials.generate_token)
+        for served in self.host.models():
+            self.host.watch_engine(served.engine)
+        self.data.register(server, self.credentials.internal_token)
         await self._publish_readiness(self.host.readiness()[0])
         if self.observability.metrics_port:
             self.metrics_exporter = MetricsExporter(

@@ -58,6 +58,11 @@ class ServerConfig:
         "", f"file holding the admin token, minted (mode 0600) when missing "
             f"(empty: $ARBI_CACHE_DIR/{ADMIN_TOKEN_FILE_NAME})"
     )
+    api_keys_file: str = setting(
+        "", "JSON lines of per-caller API keys ({\"key\" or \"sha256\", \"tenant\", \"admin\"}) others may not read; a "
+            "key's calls run as its tenant whatever the request's tenant field says; re-read when it changes "
+            "(empty: no keys)"
+    )
     tls_cert_file: str = setting("", "PEM certificate (chain) the server presents; with --tls-key-file the server "
                                      "serves TLS only (empty: plaintext)")
     tls_key_file: str = setting("", "PEM private key of --tls-cert-file")

@@ -1,7 +1,9 @@
-"""The bearer credentials the server accepts: an optional generate token and the admin token.
+"""The bearer credentials the server accepts: the admin token, an optional generate token, the API keys
+of an optional keys file (each with its tenant), and the batch runner's in-process token.
 
 The admin token is configured, or read from a file that only its owner may read, or minted into such a
-file (mode 0600, created exclusively) on first boot. Presented tokens are compared in constant time.
+file (mode 0600, created exclusively) on first boot. The in-process token is minted at every boot and never
+written. Presented tokens are compared in constant time.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from arbi_grpc.auth.api_keys import ApiKeys
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.server_config import ADMIN_TOKEN_FILE_NAME, ServerConfig
 
@@ -31,33 +34,59 @@ class Role(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Caller:
+    """What a presented credential allows, and the tenant it fixes (None: the request's own field)."""
+
+    role: Role
+    tenant: str | None = None
+
+
+@dataclass(frozen=True)
 class Credentials:
-    """The tokens to accept; `generate_token` empty leaves GenerateService open."""
+    """The tokens to accept; without a generate token or API keys, GenerateService is open."""
 
     admin_token: str = field(repr=False)
     generate_token: str = field(repr=False)
     admin_token_path: Path | None = None  # where the admin token was read or minted
+    api_keys: ApiKeys | None = None
+    internal_token: str = field(default_factory=lambda: secrets.token_urlsafe(_MINTED_TOKEN_BYTES), repr=False)
 
-    def role_of(self, token: str) -> Role | None:
-        """The role `token` grants, or None; each comparison takes constant time."""
+    @property
+    def generate_guarded(self) -> bool:
+        """Whether GenerateService and the data services need a credential."""
+        return bool(self.generate_token) or self.api_keys is not None
+
+    def caller_of(self, token: str) -> Caller | None:
+        """Who `token` is, or None; each comparison takes constant time."""
         presented = token.encode()
         if hmac.compare_digest(presented, self.admin_token.encode()):
-            return Role.ADMIN
+            return Caller(Role.ADMIN)
         if self.generate_token and hmac.compare_digest(presented, self.generate_token.encode()):
-            return Role.GENERATE
+            return Caller(Role.GENERATE)
+        if hmac.compare_digest(presented, self.internal_token.encode()):
+            return Caller(Role.GENERATE)
+        key = self.api_keys.find(token) if self.api_keys is not None else None
+        if key is not None:
+            return Caller(Role.ADMIN if key.admin else Role.GENERATE, key.tenant)
         return None
+
+    def role_of(self, token: str) -> Role | None:
+        """The role `token` grants, or None."""
+        caller = self.caller_of(token)
+        return None if caller is None else caller.role
 
 
 def load_credentials(config: ServerConfig, cache_dir: Path) -> Credentials:
     """The configured tokens; the admin token comes from `config`, else its file (minted when missing)."""
+    api_keys = ApiKeys(Path(config.api_keys_file).expanduser()) if config.api_keys_file else None
     if config.admin_token:
-        return Credentials(config.admin_token, config.generate_token)
+        return Credentials(config.admin_token, config.generate_token, api_keys=api_keys)
     path = (Path(config.admin_token_file).expanduser() if config.admin_token_file
             else cache_dir / ADMIN_TOKEN_FILE_NAME)
     token = _read_token_file(path) if path.exists() else _mint_token_file(path)
     if token == config.generate_token:
         raise InvalidArgumentError("generate_token", f"must differ from the admin token in {path}")
-    return Credentials(token, config.generate_token, path)
+    return Credentials(token, config.generate_token, path, api_keys)
 
 
 def _read_token_file(path: Path) -> str:

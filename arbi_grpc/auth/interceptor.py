@@ -1,9 +1,11 @@
 """The server interceptor that enforces bearer credentials per service.
 
-AdminService always needs the admin token; GenerateService needs the generate token (or the admin token)
-when one is configured; health and reflection stay open so probes and grpcurl's discovery work. A call
-without a credential, or with one the server does not know, fails with UNAUTHENTICATED; a known credential
-without the needed role (the generate token on AdminService) fails with PERMISSION_DENIED.
+AdminService always needs the admin token (or an API key marked admin); GenerateService and the other
+generate services need the generate token, an API key or the admin token when either of the first two is
+configured; health and reflection stay open so probes and grpcurl's discovery work. A call without a
+credential, or with one the server does not know, fails with UNAUTHENTICATED; a known credential without the
+needed role (the generate token or a key without admin on AdminService) fails with PERMISSION_DENIED. A call
+made with an API key runs as its key's tenant (`caller.as_tenant`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from arbi_grpc.auth.caller import as_tenant
 from arbi_grpc.auth.credentials import Credentials, Role
 from arbi_grpc.servicers.status import abort_with_status, build_status
 
@@ -32,7 +35,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, credentials: Credentials, admin_service: str, *generate_services: str) -> None:
         self._credentials = credentials
         self._required: dict[str, Role] = {admin_service: Role.ADMIN}
-        if credentials.generate_token:
+        if credentials.generate_guarded:
             self._required.update((service, Role.GENERATE) for service in generate_services)
 
     async def intercept_service(
@@ -46,16 +49,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if required is None or handler is None:
             return handler
         token = bearer_token(handler_call_details.invocation_metadata)
-        role = None if token is None else self._credentials.role_of(token)
-        if role is None:
+        caller = None if token is None else self._credentials.caller_of(token)
+        if caller is None:
             return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED,
                             "MISSING_CREDENTIAL" if token is None else "INVALID_CREDENTIAL",
                             f"{service} needs the metadata 'authorization: Bearer <token>'"
                             + ("" if token is None else "; the token presented is not valid"))
-        if required is Role.ADMIN and role is not Role.ADMIN:
+        if required is Role.ADMIN and caller.role is not Role.ADMIN:
             return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED, "ADMIN_CREDENTIAL_REQUIRED",
-                            f"{service} needs the admin token; the generate token does not grant it")
-        return handler
+                            f"{service} needs the admin token or an admin API key; the credential presented "
+                            "does not grant it")
+        return handler if caller.tenant is None else as_tenant(handler, caller.tenant)
 
 
 def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, reason: str,

@@ -1,8 +1,9 @@
 """One batch input line: parsing `{"custom_id", "method", "url", "body"}` and answering it.
 
-The body is an OpenAI request: the gateway's translation (`openai_requests`) turns it into GenerateRequests,
-sent at batch priority to the server's own GenerateService over loopback, and the answers are formatted as
-the gateway formats a non-streamed response. Output and error lines follow OpenAI's batch line format.
+The body is an OpenAI request: the gateway's translation (`openai_requests`, `embedding_routes`) turns it
+into GenerateRequests or an EmbedRequest, sent at batch priority to the server's own GenerateService or
+EmbeddingService over loopback, and the answers are formatted as the gateway formats a non-streamed
+response. Output and error lines follow OpenAI's batch line format.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from arbi_client.arbi.v1 import embedding_service_pb2_grpc as embedding_grpc
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as generate_grpc
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 
 from arbi_gateway.config import GatewayConfig
+from arbi_gateway.embedding_routes import EMBED_PARAMS, embed_request_of, embedding_json
 from arbi_gateway.errors import ApiError, api_error_of, status_of_rpc_error
 from arbi_gateway.openai_output import ChoiceState, usage_json
 from arbi_gateway.openai_requests import SERVER_FIELD_PARAMS, GenerationPlan, chat_plan, completion_plan
@@ -82,28 +85,29 @@ def error_line(custom_id: str | None, error: LineError) -> dict[str, Any]:
 
 
 class LineRunner:
-    """Answers lines through the GenerateService at `channel`, with `metadata` (the generate token)."""
+    """Answers lines through the GenerateService and EmbeddingService at `channel`, with `metadata` (the
+    server's in-process credential)."""
 
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._generate = generate_grpc.GenerateServiceStub(channel)
+        self._embedding = embedding_grpc.EmbeddingServiceStub(channel)
         self._metadata = metadata
         config = GatewayConfig()
         self._chat_schema = chat_request_schema(config)
         self._completion_schema = completion_request_schema(config)
 
-    async def answer(self, line: InputLine) -> dict[str, Any]:
-        """The response body of the line; LineError when the request fails."""
-        if line.url == EMBEDDING_URL:
-            raise LineError("unsupported_endpoint",
-                            "/v1/embeddings lines are not answered yet: the batch runner is not wired to "
-                            "EmbeddingService.Embed", 501, None)
+    async def answer(self, line: InputLine, tenant: str | None = None) -> dict[str, Any]:
+        """The response body of the line, run as `tenant` (None: the body's `user`); LineError when the
+        request fails."""
         body = {**line.body, "stream": False}
         try:
+            if line.url == EMBEDDING_URL:
+                return await self._embed(line.body)
             chat = line.url == CHAT_URL
             plan = chat_plan(body, self._chat_schema) if chat else completion_plan(body, self._completion_schema)
             if plan.top_logprob_count is not None or plan.echo:
                 raise LineError("unsupported_parameter", "logprobs and echo are not offered in batch lines")
-            states = await self._generate_all(plan)
+            states = await self._generate_all(plan, tenant)
         except ApiError as error:
             raise LineError(error.code or "invalid_request", error.message, error.status, error.openai_body()) from None
         head = {"id": ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(16), "created": int(time.time()),
@@ -113,10 +117,21 @@ class LineRunner:
         return {**head, "choices": choices, "usage": usage_json(states, plan.choice_count),
                 "system_fingerprint": None}
 
-    async def _generate_all(self, plan: GenerationPlan) -> list[ChoiceState]:
+    async def _embed(self, body: dict[str, Any]) -> dict[str, Any]:
+        request, encoding = embed_request_of(body)
+        request.priority = types_pb.PRIORITY_BATCH
+        try:
+            result = await self._embedding.Embed(request, metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise api_error_of(status_of_rpc_error(error), EMBED_PARAMS) from None
+        return embedding_json(result, encoding)
+
+    async def _generate_all(self, plan: GenerationPlan, tenant: str | None) -> list[ChoiceState]:
         states = []
         for request in plan.requests():
             request.scheduling.priority = types_pb.PRIORITY_BATCH
+            if tenant is not None:
+                request.scheduling.tenant_id = tenant
             state = ChoiceState()
             try:
                 async for response in self._generate.Generate(request, metadata=self._metadata):

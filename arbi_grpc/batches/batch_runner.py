@@ -32,24 +32,24 @@ class BatchRunner:
         self.serving = asyncio.Event()  # set while a model can admit requests; lines wait for it
 
     def create(self, input_file_id: str, endpoint: str, completion_window: str,
-               metadata: dict[str, str]) -> BatchRecord:
+               metadata: dict[str, str], tenant: str | None = None) -> BatchRecord:
         if endpoint not in BATCH_ENDPOINTS:
             raise InvalidArgumentError("endpoint", f"must be one of {', '.join(BATCH_ENDPOINTS)}, got {endpoint!r}")
-        input_file = self._files.get(input_file_id)
+        input_file = self._files.get(input_file_id, tenant)
         if input_file.purpose != "batch":
             raise InvalidArgumentError("input_file_id", f"the file's purpose is {input_file.purpose!r}, not 'batch'")
         lines = self._input_lines(input_file_id)
         if not lines:
             raise InvalidArgumentError("input_file_id", "the input file has no lines")
-        record = self._store.create(input_file_id, endpoint, completion_window, metadata)
+        record = self._store.create(input_file_id, endpoint, completion_window, metadata, tenant)
         record.total = len(lines)
         record = record.moved_to("in_progress")
         self._store.save(record)
         self._start(record.id)
         return record
 
-    def cancel(self, batch_id: str) -> BatchRecord:
-        record = self._store.get(batch_id)
+    def cancel(self, batch_id: str, owner: str | None = None) -> BatchRecord:
+        record = self._store.get(batch_id, owner)
         if record.status in ENDED_STATUSES:
             raise FailedPreconditionError(f"batch {batch_id!r} already ended ({record.status})")
         if record.status not in ("cancelling", "finalizing"):
@@ -118,7 +118,7 @@ class BatchRunner:
             if duplicate:
                 raise LineError("duplicate_custom_id", f"custom_id {custom_id!r} is used by an earlier line")
             line = parse_line(text, record.endpoint)
-            body = await self._lines.answer(line)
+            body = await self._lines.answer(line, record.tenant)
             self._store.record_line(record.id, index, False, output_line(custom_id, 200, body))
         except LineError as error:
             self._store.record_line(record.id, index, True, error_line(custom_id, error))
@@ -141,7 +141,7 @@ class BatchRunner:
             content = "".join(line + "\n" for is_error, line in recorded if is_error is failed).encode()
             if content:
                 stored = self._files.create(f"{batch_id}_{'error' if failed else 'output'}.jsonl",
-                                            BATCH_OUTPUT_PURPOSE, [content])
+                                            BATCH_OUTPUT_PURPOSE, [content], owner=record.tenant)
                 setattr(record, attribute, stored.id)
         record = record.moved_to(ended)
         self._store.save(record)

@@ -3,7 +3,8 @@
 A batch is one JSON row (its `BatchRecord`); each answered or failed input line is a row of its own,
 inserted with the batch's updated counts in one transaction, so after a crash the rows say exactly which
 lines are done and the counts agree with them. The output and error files are assembled from the rows at
-finalize.
+finalize. Like files, a batch belongs to its creating key's tenant: reads given the caller's tenant as
+`owner` see only that tenant's batches (None: every batch).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class BatchRecord:
     error_file_id: str = ""
     failure_message: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
+    tenant: str | None = None  # the creating API key's tenant, which every line runs as (None: the line's own)
     in_progress_at: int = 0
     finalizing_at: int = 0
     completed_at: int = 0
@@ -61,39 +63,42 @@ class BatchStore:
         self._database = database
 
     def create(self, input_file_id: str, endpoint: str, completion_window: str,
-               metadata: dict[str, str]) -> BatchRecord:
+               metadata: dict[str, str], tenant: str | None = None) -> BatchRecord:
         if completion_window not in COMPLETION_WINDOW_S:
             raise InvalidArgumentError("completion_window", f"must be 24h, got {completion_window!r}")
         now = int(time.time())
         record = BatchRecord("batch_" + secrets.token_hex(12), endpoint, input_file_id, completion_window,
-                             "validating", now, now + COMPLETION_WINDOW_S[completion_window], metadata=metadata)
+                             "validating", now, now + COMPLETION_WINDOW_S[completion_window], metadata=metadata,
+                             tenant=tenant)
         with self._database.transaction() as connection:
             (seq,) = connection.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM batches").fetchone()
             connection.execute("INSERT INTO batches VALUES (?, ?, ?)", (record.id, seq, _dump(record)))
         return record
 
-    def get(self, batch_id: str) -> BatchRecord:
+    def get(self, batch_id: str, owner: str | None = None) -> BatchRecord:
         rows = self._database.query("SELECT record FROM batches WHERE id = ?", (batch_id,))
-        if not rows:
+        record = BatchRecord(**json.loads(rows[0][0])) if rows else None
+        if record is None or (owner is not None and record.tenant != owner):
             raise BatchNotFound(f"no batch has the id {batch_id!r}")
-        return BatchRecord(**json.loads(rows[0][0]))
+        return record
 
     def save(self, record: BatchRecord) -> None:
         with self._database.transaction() as connection:
             connection.execute("UPDATE batches SET record = ? WHERE id = ?", (_dump(record), record.id))
 
-    def page(self, after: str, limit: int) -> tuple[list[BatchRecord], bool]:
-        """Up to `limit` batches newest first, after the batch `after` (empty: from the newest); and
-        whether more follow."""
+    def page(self, after: str, limit: int, owner: str | None = None) -> tuple[list[BatchRecord], bool]:
+        """Up to `limit` batches of `owner` (None: everyone's) newest first, after the batch `after` (empty:
+        from the newest); and whether more follow."""
+        below = 2**62
         if after:
-            rows = self._database.query("SELECT seq FROM batches WHERE id = ?", (after,))
-            if not rows:
+            rows = self._database.query("SELECT seq, json_extract(record, '$.tenant') FROM batches WHERE id = ?",
+                                        (after,))
+            if not rows or (owner is not None and rows[0][1] != owner):
                 raise BatchNotFound(f"no batch has the id {after!r} (after)")
             below = rows[0][0]
-        else:
-            below = 2**62
-        rows = self._database.query("SELECT record FROM batches WHERE seq < ? ORDER BY seq DESC LIMIT ?",
-                                    (below, limit + 1))
+        rows = self._database.query(
+            "SELECT record FROM batches WHERE seq < ? AND (? IS NULL OR json_extract(record, '$.tenant') = ?) "
+            "ORDER BY seq DESC LIMIT ?", (below, owner, owner, limit + 1))
         return [BatchRecord(**json.loads(row[0])) for row in rows[:limit]], len(rows) > limit
 
     def active(self) -> list[BatchRecord]:

@@ -1,9 +1,15 @@
 """The data directory's services: opens the database and stores under `ServerConfig.data_dir`, registers
 FileService and BatchService on a server, and once it serves, starts the batch runner (resuming the batches
-a previous process left unfinished) with a loopback channel to the server's own GenerateService."""
+a previous process left unfinished) with a channel to the server's own GenerateService.
+
+The runner reaches the server over a Unix socket of its own in a private (0700) directory, plaintext whatever
+the public port's TLS, so batches run the same with TLS or mTLS on; its calls still carry the in-process
+credential."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import grpc
@@ -37,11 +43,17 @@ class DataServices:
         self.batches = BatchStore(self.database)
         self.runner: BatchRunner | None = None
         self._channel: grpc.aio.Channel | None = None
+        self._socket_directory: str | None = None
 
-    def register(self, server: grpc.aio.Server, runner_target: str, generate_token: str) -> None:
-        """Adds both services to `server`; batch lines go to GenerateService at `runner_target`."""
+    def register(self, server: grpc.aio.Server, runner_token: str) -> None:
+        """Adds both services to `server`, and the runner's private Unix socket; batch lines go to its
+        GenerateService with the server's in-process `runner_token`."""
+        self._socket_directory = tempfile.mkdtemp(prefix="arbi-batches-")
+        runner_target = f"unix:{self._socket_directory}/runner.sock"
+        if not server.add_insecure_port(runner_target):
+            raise OSError(f"cannot bind the batch runner's socket {runner_target}")
         self._channel = grpc.aio.insecure_channel(runner_target, options=self._config.grpc_options())
-        metadata = (("authorization", f"Bearer {generate_token}"),) if generate_token else ()
+        metadata = (("authorization", f"Bearer {runner_token}"),)
         self.runner = BatchRunner(self.batches, self.files, LineRunner(self._channel, metadata),
                                   self._config.max_batch_lines_in_flight)
         file_service_pb2_grpc.add_FileServiceServicer_to_server(
@@ -62,4 +74,6 @@ class DataServices:
             await self.runner.stop()
         if self._channel is not None:
             await self._channel.close()
+        if self._socket_directory is not None:
+            shutil.rmtree(self._socket_directory)
         self.database.close()

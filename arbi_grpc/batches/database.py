@@ -1,7 +1,8 @@
 """The data directory's SQLite database (WAL mode): the tables of files, batches and answered batch lines.
 
 One connection shared by the server's threads behind a lock; every write is its own transaction, committed
-before the caller goes on, so what a write recorded survives a SIGKILL right after it.
+before the caller goes on, so what a write recorded survives a SIGKILL right after it. A database written
+before files had an owner gains the column (NULL: uploaded without an API key).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
     id TEXT PRIMARY KEY, filename TEXT NOT NULL, purpose TEXT NOT NULL, bytes INTEGER NOT NULL,
-    created_at INTEGER NOT NULL);
+    created_at INTEGER NOT NULL, owner TEXT);
 CREATE TABLE IF NOT EXISTS batches (
     id TEXT PRIMARY KEY, seq INTEGER NOT NULL, record TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS batch_lines (
@@ -32,6 +33,9 @@ class Database:
         self._connection.execute("PRAGMA journal_mode=WAL")
         self._connection.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
         self._connection.executescript(_SCHEMA)
+        file_columns = {row[1] for row in self._connection.execute("PRAGMA table_info(files)")}
+        if "owner" not in file_columns:
+            self._connection.execute("ALTER TABLE files ADD COLUMN owner TEXT")
         self._lock = threading.Lock()
 
     @contextmanager

@@ -1,5 +1,10 @@
 """Stored files: content under `<data dir>/files/<id>`, written atomically (temp file, fsync, rename, fsync
-of the directory), metadata rows in the database. A file is listed only once its content is on disk."""
+of the directory), metadata rows in the database. A file is listed only once its content is on disk.
+
+A file belongs to the tenant of the API key that uploaded it (or of the batch that wrote it). Every read
+takes the caller's tenant as `owner`: a caller with a tenant sees only its own files, and another tenant's
+file answers as not found; `owner=None` (a call made without an API key) sees every file.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from arbi_grpc.errors import InvalidArgumentError, NotFoundError, ResourceExhaus
 UPLOAD_PURPOSES = ("batch", "user_data", "assistants", "fine-tune", "vision")
 BATCH_OUTPUT_PURPOSE = "batch_output"
 CONTENT_CHUNK_BYTES = 1 << 20
+_COLUMNS = "id, filename, purpose, bytes, created_at, owner"
 
 
 class FileNotFound(NotFoundError):
@@ -34,6 +40,10 @@ class FileRecord:
     purpose: str
     bytes: int
     created_at: int
+    owner: str | None = None  # the uploading API key's tenant; None: uploaded without one
+
+    def visible_to(self, owner: str | None) -> bool:
+        return owner is None or self.owner == owner
 
 
 def check_upload_purpose(purpose: str) -> None:
@@ -74,38 +84,52 @@ class FileStore:
         for leftover in directory.glob(".*.tmp"):  # writes a crash interrupted
             leftover.unlink()
 
-    def create(self, filename: str, purpose: str, chunks: Iterable[bytes], max_bytes: int | None = None) -> FileRecord:
+    def create(self, filename: str, purpose: str, chunks: Iterable[bytes], max_bytes: int | None = None,
+               owner: str | None = None) -> FileRecord:
         file_id = "file-" + secrets.token_hex(12)
         size = atomic_write(self._directory / file_id, chunks, max_bytes)
-        record = FileRecord(file_id, filename, purpose, size, int(time.time()))
+        record = FileRecord(file_id, filename, purpose, size, int(time.time()), owner)
         with self._database.transaction() as connection:
-            connection.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?)",
-                               (record.id, record.filename, record.purpose, record.bytes, record.created_at))
+            connection.execute(f"INSERT INTO files ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                               (record.id, record.filename, record.purpose, record.bytes, record.created_at,
+                                record.owner))
         return record
 
-    def get(self, file_id: str) -> FileRecord:
-        rows = self._database.query("SELECT * FROM files WHERE id = ?", (file_id,))
-        if not rows:
+    def get(self, file_id: str, owner: str | None = None) -> FileRecord:
+        rows = self._database.query(f"SELECT {_COLUMNS} FROM files WHERE id = ?", (file_id,))
+        if not rows or not FileRecord(*rows[0]).visible_to(owner):
             raise FileNotFound(f"no file has the id {file_id!r}")
         return FileRecord(*rows[0])
 
-    def list(self, purpose: str = "") -> list[FileRecord]:
+    def page(self, purpose: str = "", after: str = "", limit: int = 10_000,
+             ascending: bool = False, owner: str | None = None) -> tuple[list[FileRecord], bool]:
+        """Up to `limit` files of `owner` (None: everyone's) and of `purpose` (empty: all) newest first, or
+        oldest first when `ascending`, after the file `after` (empty: from the first); and whether more follow."""
+        start = (-1, -1) if ascending else (2**62, 2**62)
+        if after:
+            rows = self._database.query("SELECT created_at, rowid, owner FROM files WHERE id = ?", (after,))
+            if not rows or (owner is not None and rows[0][2] != owner):
+                raise FileNotFound(f"no file has the id {after!r} (after)")
+            start = rows[0][:2]
+        direction, compare = ("ASC", ">") if ascending else ("DESC", "<")
         rows = self._database.query(
-            "SELECT * FROM files WHERE ? = '' OR purpose = ? ORDER BY created_at DESC, rowid DESC", (purpose, purpose))
-        return [FileRecord(*row) for row in rows]
+            f"SELECT {_COLUMNS} FROM files WHERE (? = '' OR purpose = ?) AND (? IS NULL OR owner = ?) "
+            f"AND (created_at, rowid) {compare} (?, ?) ORDER BY created_at {direction}, rowid {direction} LIMIT ?",
+            (purpose, purpose, owner, owner, *start, limit + 1))
+        return [FileRecord(*row) for row in rows[:limit]], len(rows) > limit
 
-    def read(self, file_id: str) -> bytes:
-        self.get(file_id)
+    def read(self, file_id: str, owner: str | None = None) -> bytes:
+        self.get(file_id, owner)
         return (self._directory / file_id).read_bytes()
 
-    def chunks(self, file_id: str) -> Iterator[bytes]:
-        self.get(file_id)
+    def chunks(self, file_id: str, owner: str | None = None) -> Iterator[bytes]:
+        self.get(file_id, owner)
         with open(self._directory / file_id, "rb") as handle:
             while chunk := handle.read(CONTENT_CHUNK_BYTES):
                 yield chunk
 
-    def delete(self, file_id: str) -> None:
-        self.get(file_id)
+    def delete(self, file_id: str, owner: str | None = None) -> None:
+        self.get(file_id, owner)
         with self._database.transaction() as connection:
             connection.execute("DELETE FROM files WHERE id = ?", (file_id,))
         (self._directory / file_id).unlink(missing_ok=True)

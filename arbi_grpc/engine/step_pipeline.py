@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from arbi_grpc.engine.model_runner import LaunchedStep, ModelRunner
+from arbi_grpc.engine.fault_injection import StepFaults
+from arbi_grpc.engine.model_runner import LaunchedStep, ModelRunner, StepResult
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.request import RequestOutput
 from arbi_grpc.engine.scheduler import ScheduledStep, Scheduler
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
-from arbi_grpc.errors import ArbiError
+from arbi_grpc.errors import ArbiError, EngineStepError
 from arbi_grpc.observability.engine_observer import EngineObserver
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class StepPipeline:
         self.overlap_steps = overlap_steps  # read each step: switching takes effect at the next one
         self._finish = finish
         self._in_flight: _InFlightStep | None = None
+        self._faults = StepFaults.from_environment()  # debug faults, off unless ARBI_DEBUG_FAULTS is set
 
     @property
     def has_step_in_flight(self) -> bool:
@@ -89,7 +91,9 @@ class StepPipeline:
             return None
         for chunk in step.chunks:
             self.observer.request_scheduled(chunk.sequence.request_id)
+        self._faults.before_launch(step)
         try:
+            self._faults.in_launch(step)
             launched = self.runner.launch(step, None if previous is None else previous.launched)
         except Exception as error:  # a failed step must not take the server down
             self._fail(step, error)
@@ -111,10 +115,14 @@ class StepPipeline:
         """Reads a launched step's tokens, indexes the blocks it filled and streams its outputs."""
         step = in_flight.step
         try:
-            result = in_flight.launched.result()
+            self._stream(step, in_flight.launched.result())
         except Exception as error:  # as a failed launch: fails this step's requests, not the server
             self._fail(step, error)
             return
+        self.observer.step_finished(len(step.chunks), step.num_tokens, time.monotonic() - in_flight.started_s)
+
+    def _stream(self, step: ScheduledStep, result: StepResult) -> None:
+        """Appends a read step's tokens to its sequences and streams (or finishes) each."""
         for chunk in step.chunks:
             sequence = chunk.sequence
             if sequence.status is SequenceStatus.FINISHED:
@@ -133,11 +141,11 @@ class StepPipeline:
                 self._finish(sequence, output)
             else:
                 sequence.sink(output)
-        self.observer.step_finished(len(step.chunks), step.num_tokens, time.monotonic() - in_flight.started_s)
 
     def _fail(self, step: ScheduledStep, error: Exception) -> None:
         log.exception("engine step failed; failing its %d requests", len(step.chunks))
-        failure = error if isinstance(error, ArbiError) else ArbiError(f"engine step failed: {error}")
+        failure = error if isinstance(error, ArbiError) else EngineStepError(
+            f"the engine step serving this request failed ({error!r}); other requests go on, retry")
         for chunk in step.chunks:
             if chunk.sequence.status is not SequenceStatus.FINISHED:
                 self._finish(chunk.sequence, RequestOutput(chunk.sequence.request_id, error=failure))

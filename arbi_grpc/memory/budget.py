@@ -41,6 +41,7 @@ class MemoryBudget:
     method: str
     components: tuple[MemoryComponent, ...]
     limit: MemoryLimit
+    subject: str = ""  # what the budget is checked for, e.g. "model 'chat'" (named in the error)
 
     @property
     def total_bytes(self) -> int:
@@ -62,8 +63,9 @@ class MemoryBudget:
         for component in self.components:
             running_total += component.num_bytes
             if running_total > self.limit.num_bytes:
+                of = f" of {self.subject}" if self.subject else ""
                 raise ResourceExhaustedError(
-                    f"memory budget ({self.method}, {self.device}) does not fit: {self.summary()}; "
+                    f"memory budget ({self.method}, {self.device}){of} does not fit: {self.summary()}; "
                     f"{component.name} ({component.detail}) takes the total past the limit; {component.remedy}"
                 )
 

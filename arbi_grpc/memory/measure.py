@@ -62,13 +62,15 @@ def measure_budget(
     *,
     cuda_graph_bytes: int = 0,
     host_components: tuple[MemoryComponent, ...] = (),
+    resident_bytes: int = 0,
 ) -> MemoryBudget:
     """Counts the loaded weights and the allocated pool, then profiles the largest step.
 
     On CUDA, capture the graphs first and pass `cuda_graph_bytes = reserved_growth(capture, device)`: capturing
     a graph empties the allocator's cache (torch.cuda.graph does), which would release the profile's cached
     blocks if it came after. `host_components` (the audio models) are counted on the CPU, as in
-    `estimate_budget`.
+    `estimate_budget`. `resident_bytes`: what the server's other models hold, which on CUDA the allocator's
+    reserved bytes include and the allocator overhead leaves out.
     """
     device = kv_cache.device
     if device.type not in ("cpu", "cuda"):
@@ -87,7 +89,7 @@ def measure_budget(
         activations_component(measure_activation_peak(model, kv_cache, step), step_detail(step)),
     ]
     if device.type == "cuda":
-        components += _cuda_components(components, cuda_graph_bytes, config, device)
+        components += _cuda_components(components, cuda_graph_bytes, config, device, resident_bytes)
     else:
         components += host_components
     return MemoryBudget(device=config.device, method="measured", components=tuple(components), limit=limit)
@@ -100,17 +102,19 @@ def codec_tensor_bytes(kv_cache: KVStorage) -> int:
 
 
 def _cuda_components(
-    measured: list[MemoryComponent], cuda_graph_bytes: int, config: EngineConfig, device: torch.device
+    measured: list[MemoryComponent], cuda_graph_bytes: int, config: EngineConfig, device: torch.device,
+    resident_bytes: int,
 ) -> list[MemoryComponent]:
-    """CUDA graphs as given, and the allocator's reserved bytes beyond every other component."""
+    """CUDA graphs as given, and the allocator's reserved bytes beyond every other component and the other
+    resident models."""
     graphs = cuda_graphs_component(
         cuda_graph_bytes,
         f"decode batches up to {config.cuda_graph_batch}: the allocator's reserved memory grew this much at capture"
         if cuda_graph_bytes else "no CUDA graph captured",
     )
     reserved = torch.cuda.memory_reserved(device)
-    overhead = reserved - sum(component.num_bytes for component in (*measured, graphs))
+    overhead = max(0, reserved - resident_bytes - sum(component.num_bytes for component in (*measured, graphs)))
     return [graphs, allocator_overhead_component(
         overhead, f"torch.cuda.memory_reserved() = {reserved:,} bytes after the profile, less the other "
-                  "components (cached free blocks, block rounding, cuBLAS workspaces)",
+                  "components and resident models (cached free blocks, block rounding, cuBLAS workspaces)",
     )]

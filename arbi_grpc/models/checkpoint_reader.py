@@ -31,8 +31,10 @@ def read_checkpoint_tensors(
     is_ignored: Callable[[str], bool],
     dtype: torch.dtype,
     device: torch.device | str,
+    select: Callable[[str, Tensor], Tensor] | None = None,
 ) -> dict[str, Tensor]:
-    """Every tensor of `expected_shapes`, checked (shape, finite values), converted to `dtype` on `device`.
+    """Every tensor of `expected_shapes`, checked (shape, finite values), converted to `dtype` on `device`;
+    `select(name, tensor)`, when given, picks the part kept (a tensor-parallel rank's shard) before the copy.
 
     Tensors for which `is_ignored(name)` holds are skipped; any other tensor not in `expected_shapes`,
     and any expected tensor absent from all files, is an error.
@@ -50,7 +52,7 @@ def read_checkpoint_tensors(
                     continue
                 if name not in expected_shapes:
                     raise ModelLoadError(f"{path}: unexpected tensor {name!r} for this architecture")
-                tensors[name] = _checked_tensor(handle, path, name, expected_shapes[name], dtype, device)
+                tensors[name] = _checked_tensor(handle, path, name, expected_shapes[name], dtype, device, select)
     for name, path in indexed_names.items():
         if found_in.get(name) != path:
             raise ModelLoadError(f"{model_dir / SAFETENSORS_INDEX_FILE}: tensor {name!r} is not in {path.name}")
@@ -107,6 +109,7 @@ def _checked_tensor(
     expected_shape: tuple[int, ...],
     dtype: torch.dtype,
     device: torch.device | str,
+    select: Callable[[str, Tensor], Tensor] | None,
 ) -> Tensor:
     try:
         stored = handle.get_tensor(name)
@@ -118,6 +121,8 @@ def _checked_tensor(
         )
     if not stored.is_floating_point():
         raise ModelLoadError(f"{path}: tensor {name!r} has dtype {stored.dtype}; only float weights are supported")
+    if select is not None:
+        stored = select(name, stored)
     on_device = stored.to(device, copy=True)  # owns its memory: never a view of the file's mapping
     # Any NaN or infinity makes the sum non-finite (a single reduction is far cheaper than isfinite().all()).
     if not bool(torch.isfinite(on_device.sum(dtype=torch.float32))):

@@ -6,6 +6,10 @@ Kernels are chosen once, when the model is built (`decoder_ops.decoder_ops_for`:
 Triton kernels on CUDA), and attention runs through the `AttentionBackend` given at construction. Build a model
 with weights through `CausalLM.from_weights` (the checkpoint loader and random weights do), which fuses the
 q/k/v and gate/up projections into single matmuls once the weights are in place.
+
+Under tensor parallelism (`arbi_grpc.parallel`) the model holds one rank's part: its share of the heads, KV heads,
+intermediate size and vocabulary (`TensorParallelGroup.split`), with an all-reduce after the attention output and
+MLP down projections; `SINGLE_RANK`, the default, makes those the identity.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
+from arbi_grpc.parallel.group import SINGLE_RANK, TensorParallelGroup
 
 # Reads the model's tensors given their names and shapes (in checkpoint order): `CausalLM.from_weights`.
 WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, Tensor]]
@@ -49,8 +54,11 @@ class SwiGLUMLP(nn.Module):
     After `fuse_projections` the gate and up weights are views into one [2I, H] matrix, multiplied at once.
     """
 
-    def __init__(self, hidden_size: int, intermediate_size: int, ops: DecoderOps) -> None:
+    def __init__(self, hidden_size: int, intermediate_size: int, ops: DecoderOps,
+                 tensor_parallel: TensorParallelGroup = SINGLE_RANK) -> None:
         super().__init__()
+        intermediate_size = tensor_parallel.split(intermediate_size)
+        self.tensor_parallel = tensor_parallel
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
@@ -64,23 +72,25 @@ class SwiGLUMLP(nn.Module):
         if self.gate_up_weight is None:
             raise RuntimeError("SwiGLUMLP: call CausalLM.fuse_projections() once the weights are loaded")
         gate_up = self.ops.linear(states, self.gate_up_weight)  # [T, 2I]
-        return self.ops.linear(self.ops.silu_and_mul(gate_up), self.down_proj.weight)
+        return self.tensor_parallel.all_reduce(self.ops.linear(self.ops.silu_and_mul(gate_up), self.down_proj.weight))
 
 
 class DecoderAttention(nn.Module):
     """Grouped-query self-attention of one layer: q/k/v projections (optional bias), optional per-head q/k
     RMSNorm (Qwen3), RoPE, paged attention through the backend, and the output projection."""
 
-    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend, ops: DecoderOps) -> None:
+    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend, ops: DecoderOps,
+                 tensor_parallel: TensorParallelGroup = SINGLE_RANK) -> None:
         super().__init__()
         self.layer_index = layer_index
         self.backend = backend
         self.ops = ops
-        self.num_heads = config.num_heads
-        self.num_kv_heads = config.num_kv_heads
+        self.tensor_parallel = tensor_parallel
+        self.num_heads = tensor_parallel.split(config.num_heads)
+        self.num_kv_heads = tensor_parallel.split(config.num_kv_heads)
         self.head_dim = config.head_dim
-        query_width = config.num_heads * config.head_dim
-        kv_width = config.num_kv_heads * config.head_dim
+        query_width = self.num_heads * config.head_dim
+        kv_width = self.num_kv_heads * config.head_dim
         self.q_proj = nn.Linear(config.hidden_size, query_width, bias=config.attention_bias)
         self.k_proj = nn.Linear(config.hidden_size, kv_width, bias=config.attention_bias)
         self.v_proj = nn.Linear(config.hidden_size, kv_width, bias=config.attention_bias)
@@ -112,18 +122,19 @@ class DecoderAttention(nn.Module):
         query, key = rotation.apply(query, key, head_norms)
         attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
         attended = attended.reshape(num_tokens, self.num_heads * self.head_dim)
-        return self.ops.linear(attended, self.o_proj.weight, self.o_proj.bias)
+        return self.tensor_parallel.all_reduce(self.ops.linear(attended, self.o_proj.weight, self.o_proj.bias))
 
 
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: attention, then SwiGLU MLP."""
 
-    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend, ops: DecoderOps) -> None:
+    def __init__(self, config: ModelConfig, layer_index: int, backend: AttentionBackend, ops: DecoderOps,
+                 tensor_parallel: TensorParallelGroup = SINGLE_RANK) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.self_attn = DecoderAttention(config, layer_index, backend, ops)
+        self.self_attn = DecoderAttention(config, layer_index, backend, ops, tensor_parallel)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size, ops)
+        self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size, ops, tensor_parallel)
 
     def forward(
         self,
@@ -148,11 +159,12 @@ class DecoderLayer(nn.Module):
 class DecoderStack(nn.Module):
     """Token embedding, the layers and the final norm (the `model.` prefix of HF checkpoints)."""
 
-    def __init__(self, config: ModelConfig, backend: AttentionBackend, ops: DecoderOps) -> None:
+    def __init__(self, config: ModelConfig, backend: AttentionBackend, ops: DecoderOps,
+                 tensor_parallel: TensorParallelGroup = SINGLE_RANK) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = nn.Embedding(tensor_parallel.split(config.vocab_size), config.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(config, index, backend, ops) for index in range(config.num_layers)
+            DecoderLayer(config, index, backend, ops, tensor_parallel) for index in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
 
@@ -161,7 +173,7 @@ class CausalLM(nn.Module):
     """The full model: `forward` gives final hidden states of new tokens, `compute_logits` projects them.
 
     Build it with weights through `from_weights`; call it under `torch.inference_mode()`. `ops` defaults to
-    the kernels of `device` (`decoder_ops_for`).
+    the kernels of `device` (`decoder_ops_for`); `tensor_parallel` is the rank's group (its part of the weights).
     """
 
     def __init__(
@@ -171,18 +183,19 @@ class CausalLM(nn.Module):
         attention_backend: AttentionBackend,
         device: torch.device | str,
         ops: DecoderOps | None = None,
+        tensor_parallel: TensorParallelGroup = SINGLE_RANK,
     ) -> None:
         super().__init__()
         self.config = config
+        self.tensor_parallel = tensor_parallel
         device = torch.device(device)
         self.ops = ops or decoder_ops_for(
             device, rotary_inverse_frequencies(config, device), config.max_position_embeddings
         )
-        self.model = DecoderStack(config, attention_backend, self.ops)
+        self.model = DecoderStack(config, attention_backend, self.ops, tensor_parallel)
         # With tied embeddings the output projection reuses `model.embed_tokens.weight`.
-        self.lm_head = (
-            None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        )
+        vocab_rows = tensor_parallel.split(config.vocab_size)
+        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, vocab_rows, bias=False)
         self.projections_fused = False
 
     @classmethod
@@ -194,11 +207,13 @@ class CausalLM(nn.Module):
         attention_backend: AttentionBackend,
         device: torch.device | str,
         ops: DecoderOps | None = None,
+        tensor_parallel: TensorParallelGroup = SINGLE_RANK,
     ) -> CausalLM:
         """The model (eval, no grad, projections fused) holding the tensors `read_weights` returns for the
-        model's parameter names and shapes; nothing is allocated twice."""
+        model's parameter names and shapes (the rank's parts under tensor parallelism); nothing is allocated twice."""
         with torch.device("meta"):  # shapes only: the weights come from `read_weights`
-            model = cls(config, attention_backend=attention_backend, device=device, ops=ops)
+            model = cls(config, attention_backend=attention_backend, device=device, ops=ops,
+                        tensor_parallel=tensor_parallel)
         tensors = read_weights({name: tuple(tensor.shape) for name, tensor in model.state_dict().items()})
         model.load_state_dict(tensors, strict=True, assign=True)
         del tensors  # the model holds them now; the fusion below frees the parts it merges
@@ -210,7 +225,7 @@ class CausalLM(nn.Module):
         self, input_ids: Tensor, positions: Tensor, metadata: AttentionMetadata, kv_cache: KVStorage
     ) -> Tensor:
         """input_ids [T], positions [T] -> normalised hidden states [T, hidden_size]; writes K/V of all T tokens."""
-        states = self.model.embed_tokens(input_ids)  # [T, hidden]
+        states = self.tensor_parallel.embed(self.model.embed_tokens, input_ids)  # [T, hidden]
         rotation = self.ops.rotation(positions, states.dtype)
         residual = None
         for layer in self.model.layers:
@@ -230,9 +245,10 @@ class CausalLM(nn.Module):
             torch.cuda.empty_cache()
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
-        """hidden [N, hidden_size] -> float32 logits [N, vocab_size]."""
+        """hidden [N, hidden_size] -> float32 logits [N, vocab_size] (on rank 0 under tensor parallelism, which
+        gathers the ranks' vocabulary slices; the other ranks get their slice)."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return self.ops.linear(hidden, weight).float()
+        return self.tensor_parallel.gather_vocab(self.ops.linear(hidden, weight).float())
 
 
 def fuse_linear_weights(*layers: nn.Linear) -> tuple[Tensor, Tensor | None]:

@@ -12,6 +12,8 @@ from arbi_grpc.errors import ModelLoadError
 from arbi_grpc.models.checkpoint_reader import read_checkpoint_tensors, read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.parallel.group import SINGLE_RANK, TensorParallelGroup
+from arbi_grpc.parallel.shard_plan import check_shardable, checkpoint_shape, shard_tensor
 
 # Checkpoints written by older transformers versions carry RoPE tables that we recompute.
 _RECOMPUTED_SUFFIX = ".rotary_emb.inv_freq"
@@ -23,28 +25,37 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     attention_backend: AttentionBackend | None = None,
+    tensor_parallel: TensorParallelGroup = SINGLE_RANK,
 ) -> tuple[CausalLM, ModelConfig]:
     """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad, projections fused)
-    and its config.
+    and its config. Under tensor parallelism the model holds the rank's shard (`parallel.shard_plan`), cut from
+    each tensor as it is read.
 
     Without `attention_backend`, the torch reference backend tuned for `device` runs attention.
     Raises ModelLoadError for missing, truncated or corrupt files and missing or mis-shaped tensors,
-    UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES, and NotImplementedError
-    for features of a supported architecture that the decoder lacks (e.g. sliding windows, yarn RoPE).
+    UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES, NotImplementedError
+    for features of a supported architecture that the decoder lacks (e.g. sliding windows, yarn RoPE), and
+    InvalidArgumentError("tensor_parallel_size", ...) for shapes the ranks cannot split.
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelLoadError(f"{model_dir}: model directory does not exist")
     config = ModelConfig.from_hf_config(read_hf_config(model_dir))
+    rank, world_size = tensor_parallel.rank, tensor_parallel.world_size
+    check_shardable(config, world_size)
     backend = attention_backend or TorchPagedAttention.for_device(device)
 
     def is_ignored(name: str) -> bool:
         # A tied checkpoint may still store lm_head.weight; the tie wins, as in transformers.
         return name.endswith(_RECOMPUTED_SUFFIX) or (config.tie_word_embeddings and name == "lm_head.weight")
 
-    def read_weights(expected_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    def read_weights(rank_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
         return read_checkpoint_tensors(
-            model_dir, expected_shapes=expected_shapes, is_ignored=is_ignored, dtype=dtype, device=device
+            model_dir, is_ignored=is_ignored, dtype=dtype, device=device,
+            expected_shapes={name: checkpoint_shape(name, shape, world_size) for name, shape in rank_shapes.items()},
+            select=None if world_size == 1 else lambda name, tensor: shard_tensor(name, tensor, rank, world_size),
         )
 
-    return CausalLM.from_weights(config, read_weights, attention_backend=backend, device=device), config
+    model = CausalLM.from_weights(config, read_weights, attention_backend=backend, device=device,
+                                  tensor_parallel=tensor_parallel)
+    return model, config

@@ -1,6 +1,6 @@
 """Scrape-time collectors: engine state (requests, KV blocks, preemptions, prefix cache) read from
-`Engine.stats()`, the memory budget fixed at boot, the model's identity, and the resident model's registry
-inside the server's.
+`Engine.stats()`, the memory budget fixed at boot, the model's identity, and the resident models' registries
+inside the server's (each sample labelled with its model).
 
 They run on the exporter's thread when Prometheus scrapes and never touch the engine thread.
 """
@@ -76,15 +76,21 @@ class MemoryBudgetCollector(Collector):
 
 
 class ResidentModelCollector(Collector):
-    """Yields, at scrape time, the series of whichever model is resident (nothing while none is)."""
+    """Yields, at scrape time, the series of every resident model (nothing while none is): one family per
+    metric name, each sample labelled `model` with the served name of the model it came from."""
 
-    def __init__(self, resident_registry: Callable[[], CollectorRegistry | None]) -> None:
-        self._resident_registry = resident_registry
+    def __init__(self, resident_registries: Callable[[], list[tuple[str, CollectorRegistry]]]) -> None:
+        self._resident_registries = resident_registries
 
     def collect(self) -> Iterator[Metric]:
-        registry = self._resident_registry()
-        if registry is not None:
-            yield from registry.collect()
+        families: dict[str, Metric] = {}
+        for model, registry in self._resident_registries():
+            for family in registry.collect():
+                merged = families.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type, family.unit))
+                merged.samples += [sample._replace(labels={**sample.labels, "model": model})
+                                   for sample in family.samples]
+        yield from families.values()
 
     def describe(self) -> list[Metric]:
         return []

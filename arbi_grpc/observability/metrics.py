@@ -1,7 +1,8 @@
 """The server's Prometheus metrics, in two registries (never prometheus_client's global one):
 
 - `ServerMetrics`, one per server process: RPCs by method and status, process memory and CPU, GPU memory
-  (NVML, where present), and whatever the resident model's registry holds at scrape time.
+  (NVML, where present), and whatever the resident models' registries hold at scrape time, each series with
+  a `model` label (the served name).
 - `ModelMetrics`, one per loaded model: the engine's latencies, token counts and steps (pushed by its
   EngineObserver), its state (read from `Engine.stats()` at scrape time) and its memory budget. A model
   switch swaps the registry, so the engine series restart from zero like after a process restart.
@@ -39,7 +40,7 @@ STEP_DURATION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 class ServerMetrics:
     """The process's registry; `exposition()` renders it in the Prometheus text format (GET /metrics)."""
 
-    def __init__(self, resident_model: Callable[[], ModelMetrics | None]) -> None:
+    def __init__(self, resident_models: Callable[[], list[tuple[str, ModelMetrics]]]) -> None:
         self.registry = CollectorRegistry()
         self.rpc_requests = Counter(
             "arbi_rpc_requests", "RPCs handled, by full method name and final gRPC status code",
@@ -48,11 +49,10 @@ class ServerMetrics:
         ProcessCollector(registry=self.registry)
         self.gpu_memory_exported = register_gpu_collector(self.registry)
 
-        def resident_registry() -> CollectorRegistry | None:
-            metrics = resident_model()
-            return None if metrics is None else metrics.registry
+        def resident_registries() -> list[tuple[str, CollectorRegistry]]:
+            return [(name, metrics.registry) for name, metrics in resident_models()]
 
-        self.registry.register(ResidentModelCollector(resident_registry))
+        self.registry.register(ResidentModelCollector(resident_registries))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

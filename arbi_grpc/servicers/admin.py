@@ -1,4 +1,5 @@
-"""AdminService: server info, liveness and readiness, models (list, load, unload, switch), memory, the TKV
+"""AdminService: server info, liveness and readiness, models (list, load, unload, switch, each chat model by
+name), memory, the TKV
 calibration reload, running requests, runtime settings, drain and resume. Credentials are checked before any
 of this runs (`auth/interceptor.py`); the state changes themselves live in `ModelHost`.
 """
@@ -20,6 +21,7 @@ from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.embeddings.resident import ResidentEmbeddingModels, is_embedding_spec
 from arbi_grpc.errors import ArbiError, InvalidArgumentError, NotFoundError
 from arbi_grpc.model_host import FailedPreconditionError, ModelHost
+from arbi_grpc.model_specs import parse_model_spec
 from arbi_grpc.models.model_cache import list_cached_models
 from arbi_grpc.server_config import ServerConfig
 from arbi_grpc.servicers import admin_conversion as convert
@@ -63,11 +65,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
 
     async def ListModels(self, request, context) -> pb.ListModelsResponse:
         cached = await asyncio.to_thread(list_cached_models)
-        return pb.ListModelsResponse(models=convert.available_models(self._host.served, cached))
+        return pb.ListModelsResponse(models=convert.available_models(self._host.models(), cached))
 
     async def LoadModel(self, request, context) -> pb.LoadModelResponse:
         try:
-            check_model_spec(request.model, self._model_roots)
+            self._check_spec(request.model)
             if is_embedding_spec(request.model):
                 embedding_model = await _model_operation(self._embeddings.load(request.model))
                 return pb.LoadModelResponse(model=convert.embedding_model_info(embedding_model))
@@ -81,9 +83,7 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
             if request.model and request.model in self._embeddings.names:
                 await self._embeddings.unload(request.model)
                 return pb.UnloadModelResponse(model=request.model)
-            if request.model and (self._host.served is None or request.model != self._host.served.name):
-                raise NotFoundError(f"model {request.model!r} is not resident")
-            name, ended = await self._host.unload(self._drain_timeout_s(request.drain_timeout_ms))
+            name, ended = await self._host.unload(request.model, self._drain_timeout_s(request.drain_timeout_ms))
         except ArbiError as error:
             await abort_with(context, error)
         return pb.UnloadModelResponse(model=name, ended_request_count=ended)
@@ -91,8 +91,9 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def SwitchModel(self, request, context) -> pb.SwitchModelResponse:
         try:
             timeout_s = self._drain_timeout_s(request.drain_timeout_ms)
-            check_model_spec(request.model, self._model_roots)
-            served, previous, ended = await _model_operation(self._host.switch(request.model, timeout_s))
+            self._check_spec(request.model)
+            served, previous, ended = await _model_operation(
+                self._host.switch(request.model, timeout_s, request.replace_model))
         except ArbiError as error:
             await abort_with(context, error)
         return pb.SwitchModelResponse(
@@ -100,21 +101,30 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
         )
 
     async def GetMemoryReport(self, request, context) -> pb.GetMemoryReportResponse:
-        served = self._host.served
-        if served is None:
-            await abort_with(context, FailedPreconditionError("no model is resident"))
+        try:
+            if self._host.served is None:
+                raise FailedPreconditionError("no model is resident")
+            served = self._host.resident(request.model)
+        except ArbiError as error:
+            await abort_with(context, error)
+        models = self._host.models()
+        embedding_components = {c.name: c for c in self._embeddings.components()}
         return pb.GetMemoryReportResponse(
             **convert.memory_report_fields(served, served.engine.stats()),
-            embedding_models=[pb.EmbeddingModelMemory(name=m.name, weight_bytes=m.weight_bytes)
+            embedding_models=[convert.embedding_model_memory(m, embedding_components[f"embedding {m.name}"])
                               for m in self._embeddings.models()],
+            models=[convert.chat_model_memory(m, m.engine.stats()) for m in models],
+            budget_bytes=self._host.budget_bytes(),
+            budget_limit_bytes=self._host.memory_limit().num_bytes,
         )
 
     async def FlushPrefixCache(self, request, context) -> pb.FlushPrefixCacheResponse:
-        served = self._host.served
-        if served is None:
+        if self._host.served is None:
             await abort_with(context, FailedPreconditionError("no model is resident"))
         tenant = request.tenant_id if request.HasField("tenant_id") else None
-        flushed = await asyncio.wrap_future(served.engine.flush_prefix_cache(tenant))
+        flushed = 0
+        for served in self._host.models():  # every resident model's cache
+            flushed += await asyncio.wrap_future(served.engine.flush_prefix_cache(tenant))
         return pb.FlushPrefixCacheResponse(flushed_block_count=flushed)
 
     async def ReloadKvCalibration(self, request, context) -> pb.ReloadKvCalibrationResponse:
@@ -181,6 +191,10 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def ResumeServer(self, request, context) -> pb.ResumeServerResponse:
         await self._host.resume()
         return pb.ResumeServerResponse()
+
+    def _check_spec(self, model: str) -> None:
+        """The model roots' check of what `model` (SPEC or NAME=SPEC) loads."""
+        check_model_spec(parse_model_spec(model).spec if model.strip() else model, self._model_roots)
 
     def _drain_timeout_s(self, drain_timeout_ms: int) -> float:
         if drain_timeout_ms < 0:

@@ -1,4 +1,4 @@
-"""Conversion of the server's state (resident model, engine stats, settings, limits) into AdminService
+"""Conversion of the server's state (resident models, engine stats, settings, limits) into AdminService
 messages. Engine names (`num_*`) are mapped to the protos' AIP names (`*_count`) here only.
 """
 
@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from arbi_client.arbi.v1 import admin_service_pb2 as service_pb
 from arbi_client.arbi.v1 import admin_types_pb2 as admin_pb
 
 from arbi_grpc.config import SchedulingLimits
 from arbi_grpc.engine.engine import EngineStats, RequestSnapshot
+from arbi_grpc.memory.budget import MemoryComponent
 from arbi_grpc.memory.measure import tensor_bytes
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, CachedModel
 from arbi_grpc.embeddings.embedding_model import EmbeddingModel
@@ -55,19 +57,20 @@ def server_limits(config: ServerConfig, settings: SchedulingLimits,
     )
 
 
-def available_models(resident: ServedModel | None,
+def available_models(resident: list[ServedModel],
                      cached: list[CachedModel]) -> list[admin_pb.AvailableModel]:
-    """The resident model first, then known and cached models by name (one entry per name)."""
+    """The resident models first (the default first), then known and cached models by name (one entry per
+    name)."""
     sizes: dict[str, int] = {}
     for model in cached:
         sizes[model.name] = max(sizes.get(model.name, 0), model.size_bytes)
-    names = sorted(set(sizes) | {model.name for model in EMBEDDED_MODELS})
-    if resident is not None:
-        names = [resident.name] + [name for name in names if name != resident.name]
+    resident_names = [served.name for served in resident]
+    names = resident_names + [name for name in sorted(set(sizes) | {model.name for model in EMBEDDED_MODELS})
+                              if name not in resident_names]
     return [
         admin_pb.AvailableModel(
             name=name,
-            resident=resident is not None and name == resident.name,
+            resident=name in resident_names,
             cached=name in sizes,
             size_bytes=sizes.get(name, 0),
         )
@@ -108,6 +111,25 @@ def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, i
         "kv_bytes_per_token_per_layer": pool_bytes / (capacity_tokens * served.model_config.num_layers),
         "kv_capacity_token_count": capacity_tokens,
     }
+
+
+def chat_model_memory(served: ServedModel, stats: EngineStats) -> service_pb.ChatModelMemory:
+    storage = served.engine.kv_storage
+    return service_pb.ChatModelMemory(
+        name=served.name,
+        kv_block_count=stats.num_total_blocks,
+        kv_used_block_count=stats.num_total_blocks - stats.num_free_blocks,
+        kv_free_block_count=stats.num_free_blocks,
+        kv_cache_bytes=tensor_bytes([*storage.key_caches, *storage.value_caches]),
+        weight_bytes=served.weight_bytes,
+        budget_bytes=served.memory_budget.total_bytes,
+    )
+
+
+def embedding_model_memory(model: EmbeddingModel, component: MemoryComponent) -> service_pb.EmbeddingModelMemory:
+    """An embedding model's memory: its loaded weights, and the rest of its budget component (activations)."""
+    return service_pb.EmbeddingModelMemory(name=model.name, weight_bytes=model.weight_bytes,
+                                           activation_bytes=max(0, component.num_bytes - model.weight_bytes))
 
 
 def kv_codec(served: ServedModel | None) -> str:

@@ -21,6 +21,7 @@ from arbi_grpc.audio.models import AudioModels
 from arbi_grpc.audio.pcm import Audio, float_to_pcm16, pcm16_to_float, read_wav, resample
 from arbi_grpc.audio.splitter import ClauseSplitter
 from arbi_grpc.audio.vad import VAD_SAMPLE_RATE_HZ
+from arbi_grpc.auth.caller import request_tenant
 from arbi_grpc.errors import ArbiError, InvalidArgumentError
 from arbi_grpc.model_host import ModelHost
 from arbi_grpc.servicers.audio_conversion import output_rate_from_proto, settings_from_proto, voice_from_proto
@@ -75,7 +76,7 @@ class AudioServicer(pb_grpc.AudioServiceServicer):
         except ArbiError as error:
             await abort_with(context, error)
             return
-        session = ConverseSession(settings, loaded, self._models, self._replies, self._metrics, "")
+        session = ConverseSession(settings, loaded, self._models, self._replies, self._metrics, request_tenant(""))
         async for event in session.run(requests, first.config, context):
             yield event
 

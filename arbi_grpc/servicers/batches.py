@@ -1,4 +1,5 @@
-"""BatchService: create, get, list (paged) and cancel batches, over the BatchRunner and BatchStore."""
+"""BatchService: create, get, list (paged) and cancel batches, over the BatchRunner and BatchStore; a caller
+with an API key sees only its tenant's batches."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from arbi_client.arbi.v1 import batch_service_pb2 as pb
 from arbi_client.arbi.v1 import batch_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import file_types_pb2 as types_pb
 
+from arbi_grpc.auth.caller import caller_tenant
 from arbi_grpc.batches.batch_runner import BatchRunner
 from arbi_grpc.batches.batch_store import BatchRecord, BatchStore
 from arbi_grpc.errors import ArbiError, InvalidArgumentError
@@ -35,14 +37,14 @@ class BatchServicer(pb_grpc.BatchServiceServicer):
     async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext) -> pb.CreateBatchResponse:
         try:
             record = self._runner.create(request.input_file_id, request.endpoint, request.completion_window,
-                                         dict(request.metadata))
+                                         dict(request.metadata), caller_tenant())
         except ArbiError as error:
             await abort_with(context, error)
         return pb.CreateBatchResponse(batch=batch_proto(record))
 
     async def GetBatch(self, request: pb.GetBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetBatchResponse:
         try:
-            return pb.GetBatchResponse(batch=batch_proto(self._store.get(request.batch_id)))
+            return pb.GetBatchResponse(batch=batch_proto(self._store.get(request.batch_id, caller_tenant())))
         except ArbiError as error:
             await abort_with(context, error)
 
@@ -51,13 +53,13 @@ class BatchServicer(pb_grpc.BatchServiceServicer):
             limit = request.limit or DEFAULT_PAGE
             if not 1 <= limit <= MAX_PAGE:
                 raise InvalidArgumentError("limit", f"must be between 1 and {MAX_PAGE}, got {limit}")
-            records, has_more = self._store.page(request.after, limit)
+            records, has_more = self._store.page(request.after, limit, caller_tenant())
         except ArbiError as error:
             await abort_with(context, error)
         return pb.ListBatchesResponse(batches=[batch_proto(record) for record in records], has_more=has_more)
 
     async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext) -> pb.CancelBatchResponse:
         try:
-            return pb.CancelBatchResponse(batch=batch_proto(self._runner.cancel(request.batch_id)))
+            return pb.CancelBatchResponse(batch=batch_proto(self._runner.cancel(request.batch_id, caller_tenant())))
         except ArbiError as error:
             await abort_with(context, error)

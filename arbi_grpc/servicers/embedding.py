@@ -15,13 +15,17 @@ import grpc
 from arbi_client.arbi.v1 import embedding_service_pb2 as pb
 from arbi_client.arbi.v1 import embedding_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import embedding_types_pb2 as types_pb
+from arbi_client.arbi.v1 import generation_types_pb2 as generation_pb
 from arbi_grpc.embeddings.embedding_model import EmbeddingInput
 from arbi_grpc.embeddings.pooling import cosine_scores, finish_vectors
 from arbi_grpc.embeddings.resident import ResidentEmbeddingModels
+from arbi_grpc.engine.request import Priority
 from arbi_grpc.errors import ArbiError, InvalidArgumentError
 from arbi_grpc.servicers.status import abort_with
 
 RERANK_SCORING = "cosine"
+_PRIORITIES = {generation_pb.PRIORITY_UNSPECIFIED: Priority.INTERACTIVE,
+               generation_pb.PRIORITY_INTERACTIVE: Priority.INTERACTIVE, generation_pb.PRIORITY_BATCH: Priority.BATCH}
 
 
 def _inputs(request: pb.EmbedRequest) -> list[EmbeddingInput]:
@@ -44,13 +48,15 @@ class EmbeddingServicer(pb_grpc.EmbeddingServiceServicer):
     async def Embed(self, request: pb.EmbedRequest,  # noqa: N802 (gRPC method name)
                     context: grpc.aio.ServicerContext) -> pb.EmbedResponse:
         try:
+            if request.priority not in _PRIORITIES:
+                raise InvalidArgumentError("priority", f"unknown priority value {request.priority}")
             runner = await self._models.runner(request.model)
             model = runner.model
             dimensions = request.dimensions if request.HasField("dimensions") else None
             if dimensions is not None and not 1 <= dimensions <= model.dimensions:
                 raise InvalidArgumentError("dimensions", f"must be in [1, {model.dimensions}], got {dimensions}")
             token_lists = model.token_lists(_inputs(request))
-            vectors = await asyncio.wrap_future(runner.submit(token_lists))
+            vectors = await asyncio.wrap_future(runner.submit(token_lists, _PRIORITIES[request.priority]))
         except ArbiError as error:
             await abort_with(context, error)
         normalize = request.normalize if request.HasField("normalize") else model.pooling.normalize

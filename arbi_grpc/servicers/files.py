@@ -1,5 +1,5 @@
 """FileService: uploads (a client stream, metadata first), listing, metadata, content and deletion of the
-files under the data directory."""
+files under the data directory; a caller with an API key sees only its tenant's files."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from arbi_client.arbi.v1 import file_service_pb2 as pb
 from arbi_client.arbi.v1 import file_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import file_types_pb2 as types_pb
 
+from arbi_grpc.auth.caller import caller_tenant
 from arbi_grpc.batches.file_store import FileRecord, FileStore, FileTooLarge, check_upload_purpose
 from arbi_grpc.errors import ArbiError, InvalidArgumentError
 from arbi_grpc.servicers.status import abort_with
+
+MAX_FILES_PAGE = 10_000  # OpenAI's files.list limit and default
 
 
 def stored_file_proto(record: FileRecord) -> types_pb.StoredFile:
@@ -55,24 +58,35 @@ class FileServicer(pb_grpc.FileServiceServicer):
                     b"".join(chunks).decode("utf-8")
                 except UnicodeDecodeError:
                     raise InvalidArgumentError("file", "a batch input file must be UTF-8 JSONL") from None
-            record = await asyncio.to_thread(self._files.create, metadata.filename, metadata.purpose, chunks)
+            record = await asyncio.to_thread(self._files.create, metadata.filename, metadata.purpose, chunks,
+                                           owner=caller_tenant())
         except ArbiError as error:
             await abort_with(context, error)
         return pb.UploadFileResponse(file=stored_file_proto(record))
 
     async def ListFiles(self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext) -> pb.ListFilesResponse:
-        return pb.ListFilesResponse(files=[stored_file_proto(record) for record in self._files.list(request.purpose)])
+        try:
+            limit = request.limit or MAX_FILES_PAGE
+            if not 1 <= limit <= MAX_FILES_PAGE:
+                raise InvalidArgumentError("limit", f"must be between 1 and {MAX_FILES_PAGE}, got {limit}")
+            if request.order not in ("", "asc", "desc"):
+                raise InvalidArgumentError("order", f"must be 'asc' or 'desc', got {request.order!r}")
+            records, has_more = self._files.page(request.purpose, request.after, limit, request.order == "asc",
+                                                 caller_tenant())
+        except ArbiError as error:
+            await abort_with(context, error)
+        return pb.ListFilesResponse(files=[stored_file_proto(record) for record in records], has_more=has_more)
 
     async def GetFile(self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext) -> pb.GetFileResponse:
         try:
-            return pb.GetFileResponse(file=stored_file_proto(self._files.get(request.file_id)))
+            return pb.GetFileResponse(file=stored_file_proto(self._files.get(request.file_id, caller_tenant())))
         except ArbiError as error:
             await abort_with(context, error)
 
     async def GetFileContent(self, request: pb.GetFileContentRequest,
                              context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GetFileContentResponse]:
         try:
-            chunks = self._files.chunks(request.file_id)
+            chunks = self._files.chunks(request.file_id, caller_tenant())
             first = next(chunks, b"")
         except ArbiError as error:
             await abort_with(context, error)
@@ -82,7 +96,7 @@ class FileServicer(pb_grpc.FileServiceServicer):
 
     async def DeleteFile(self, request: pb.DeleteFileRequest, context: grpc.aio.ServicerContext) -> pb.DeleteFileResponse:
         try:
-            self._files.delete(request.file_id)
+            self._files.delete(request.file_id, caller_tenant())
         except ArbiError as error:
             await abort_with(context, error)
         return pb.DeleteFileResponse(file_id=request.file_id)

@@ -1,7 +1,8 @@
 """GenerateService: admits and validates requests, hands them to the resident model's engine, and streams
 outputs back; Session multiplexes many generations (`session.py`); the tokenizer RPCs answer from the
-resident model's tokenizer (`tokenization.py`); ListServedModels names the resident
-model and the resident embedding models.
+model's tokenizer that `model` names (`tokenization.py`); ListServedModels names every resident
+chat model (the default first) and the resident embedding models. Each request goes to the resident model its
+`model` field names (empty: the default model).
 
 The engine thread delivers outputs into a bounded `OutputBuffer` read on this RPC's event loop. When the
 client cancels or its deadline passes, the handler is cancelled and tells the engine to stop the request,
@@ -135,8 +136,7 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
     async def ListServedModels(  # noqa: N802 (gRPC method name)
         self, request: pb.ListServedModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListServedModelsResponse:
-        served = self._host.served
-        models = [model_info(served)] if served is not None else []
+        models = [model_info(served) for served in self._host.models()]
         embedding_models = self._embeddings.models() if self._embeddings is not None else []
         return pb.ListServedModelsResponse(models=models + [embedding_model_info(m) for m in embedding_models])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
+from arbi_grpc.auth.caller import request_tenant
 from arbi_grpc.engine.output_constraint import ConstraintKind, OutputConstraint
 from arbi_grpc.engine.input_processor import ChatPrompt, PromptInput, TextPrompt, TokenPrompt
 from arbi_grpc.engine.request import FinishReason, Priority, RequestOutput, SchedulingParams
@@ -97,7 +98,7 @@ def scheduling_from_proto(request: pb.GenerateRequest) -> SchedulingParams:
         raise InvalidArgumentError("scheduling.priority", f"unknown priority value {options.priority}")
     return SchedulingParams(
         priority=_PRIORITIES[options.priority],
-        tenant=options.tenant_id,
+        tenant=request_tenant(options.tenant_id),
         use_prefix_cache=not options.skip_prefix_cache,
     )
 

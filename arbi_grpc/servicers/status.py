@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 from arbi_grpc.errors import (
     ArbiError,
     DrainingError,
+    EngineStepError,
     InvalidArgumentError,
     ModelLoadError,
     NotFoundError,
@@ -36,6 +37,7 @@ _REASONS: dict[type[ArbiError], str] = {
     UnavailableError: "UNAVAILABLE",
     UnsupportedArchitectureError: "UNSUPPORTED_ARCHITECTURE",
     ModelLoadError: "MODEL_LOAD_FAILED",
+    EngineStepError: "ENGINE_STEP_FAILED",
 }
 
 

@@ -47,8 +47,11 @@ def files_and_batches_paths() -> dict[str, dict[str, Any]]:
     return {
         "/v1/files": {
             "post": _operation("createFile", "The stored file.", ("400", "413"), requestBody=_UPLOAD),
-            "get": _operation("listFiles", "The stored files, newest first.", ("400",),
-                              parameters=[_query("purpose", {"type": "string"})]),
+            "get": _operation("listFiles", "A page of the stored files, newest first unless order is asc.",
+                              ("400", "404"), parameters=[
+                                  _query("purpose", {"type": "string"}), _query("after", {"type": "string"}),
+                                  _query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}),
+                                  _query("order", {"type": "string", "enum": ["asc", "desc"]})]),
         },
         "/v1/files/{file_id}": {
             "get": _operation("retrieveFile", "The file's metadata.", ("404",), parameters=file_id),

@@ -30,7 +30,7 @@ from arbi_gateway.upstream import RpcKind, forwarded_metadata
 
 _EMBED = "/arbi.v1.EmbeddingService/Embed"
 _RERANK = "/arbi.v1.EmbeddingService/Rerank"
-_EMBED_PARAMS = {"inputs": "input", "dimensions": "dimensions", "model": "model"}
+EMBED_PARAMS = {"inputs": "input", "dimensions": "dimensions", "model": "model"}
 _RERANK_PARAMS = {"query": "query", "documents": "documents", "top_n": "top_n", "model": "model"}
 _ENCODINGS = ("float", "base64")
 
@@ -111,8 +111,9 @@ async def _call(request: Request, method: str, message: Any, response_type: Any,
         raise api_error_of(status_of_rpc_error(error), params) from None
 
 
-async def embeddings(request: Request) -> Response:
-    body = parse_json_object(await request.body())
+def embed_request_of(body: dict[str, Any]) -> tuple[pb.EmbedRequest, str]:
+    """The EmbedRequest of an OpenAI embeddings body and its `encoding_format`; ApiError for a bad body (the
+    route and the batch runner's embedding lines share it)."""
     _refuse_unknown(body, EMBEDDING_REQUEST)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -124,19 +125,28 @@ async def embeddings(request: Request) -> Response:
     dimensions = _optional_int(body, "dimensions")
     if dimensions is not None:
         message.dimensions = dimensions
-    result = await _call(request, _EMBED, message, pb.EmbedResponse, _EMBED_PARAMS)
+    return message, encoding
 
+
+def embedding_json(result: pb.EmbedResponse, encoding: str) -> dict[str, Any]:
+    """OpenAI's embeddings response body of `result`, vectors as floats or base64 of little-endian float32."""
     def encoded(values: Any) -> Any:
         if encoding == "float":
             return list(values)
         return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
 
     tokens = result.usage.prompt_tokens
-    return JSONResponse({
+    return {
         "object": "list", "model": result.model,
         "data": [{"object": "embedding", "index": e.index, "embedding": encoded(e.values)} for e in result.embeddings],
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    })
+    }
+
+
+async def embeddings(request: Request) -> Response:
+    message, encoding = embed_request_of(parse_json_object(await request.body()))
+    result = await _call(request, _EMBED, message, pb.EmbedResponse, EMBED_PARAMS)
+    return JSONResponse(embedding_json(result, encoding))
 
 
 def _document_text(document: Any, index: int) -> str:

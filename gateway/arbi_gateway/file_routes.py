@@ -1,5 +1,5 @@
-"""OpenAI's /v1/files over FileService: multipart upload (streamed to UploadFile in chunks), list, retrieve,
-content and delete. An upload over the server's size limit answers 413."""
+"""OpenAI's /v1/files over FileService: multipart upload (streamed to UploadFile in chunks), list (paged:
+limit, after, order), retrieve, content and delete. An upload over the server's size limit answers 413."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from arbi_gateway.upstream import RpcKind, forwarded_metadata
 _SERVICE = "/arbi.v1.FileService/"
 _CHUNK_BYTES = 1 << 20
 _MAX_PART_BYTES = 1 << 40  # the server enforces its own limit (413)
-_PARAMS = {"purpose": "purpose", "filename": "file", "file": "file", "file_id": "file_id"}
+_MAX_FILES_PAGE = 10_000
+_PARAMS = {"purpose": "purpose", "filename": "file", "file": "file", "file_id": "file_id", "limit": "limit",
+           "after": "after", "order": "order"}
 
 
 def file_json(file: types_pb.StoredFile) -> dict[str, Any]:
@@ -65,14 +67,25 @@ async def upload_file(request: Request) -> Response:
 
 
 async def list_files(request: Request) -> Response:
+    """OpenAI's files.list: `purpose`, `limit` (1 to 10000), `after` (a file id) and `order` (asc, desc)."""
     gateway: GatewayState = request.app.state.gateway
+    query = request.query_params
+    limit_text = query.get("limit", "10000")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= _MAX_FILES_PAGE:
+        raise invalid("limit", f"'limit' must be an integer between 1 and {_MAX_FILES_PAGE}")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid("order", "'order' must be 'asc' or 'desc'")
+    message = pb.ListFilesRequest(purpose=query.get("purpose", ""), after=query.get("after", ""),
+                                  limit=int(limit_text), order=order)
     call = _rpc(gateway, "ListFiles", RpcKind.UNARY_UNARY, pb.ListFilesRequest, pb.ListFilesResponse)
     try:
-        response = await call(pb.ListFilesRequest(purpose=request.query_params.get("purpose", "")),
-                              metadata=forwarded_metadata(request.headers))
+        response = await call(message, metadata=forwarded_metadata(request.headers))
     except grpc.RpcError as error:
         raise _error(error) from None
-    return JSONResponse({"object": "list", "data": [file_json(file) for file in response.files], "has_more": False})
+    data = [file_json(file) for file in response.files]
+    return JSONResponse({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                         "last_id": data[-1]["id"] if data else None, "has_more": response.has_more})
 
 
 async def retrieve_file(request: Request) -> Response:

@@ -145,9 +145,11 @@ def test_failed_switch_keeps_the_old_model_serving(switch_server, admin: ArbiCli
 
 def test_unload_then_load(switch_server, admin: ArbiClient, smollm2_dir: Path, imported_smollm2) -> None:
     channel, stub = stub_for(switch_server.target)
-    with pytest.raises(grpc.RpcError) as resident:
-        admin.load_model(str(smollm2_dir))
+    resident_name = switch_server.served.name
+    with pytest.raises(grpc.RpcError) as resident:  # a second model of a resident name
+        admin.load_model(f"{resident_name}={smollm2_dir}")
     assert resident.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"model {resident_name!r} is resident" in resident.value.details()
     unloaded = admin.unload_model(drain_timeout_ms=1000)
     assert unloaded.ended_request_count == 0
     assert not admin.check_readiness().ready

@@ -196,6 +196,10 @@ def test_memory_report_and_metrics_cover_the_embedding_model(server: GrpcServer)
                                                                       metadata=metadata)
     assert [(m.name, m.weight_bytes) for m in report.embedding_models] == [(MINILM_NAME, expected)]
     assert report.weight_bytes > 0  # the generate model's own figure is unchanged
+    # The budget holds the encoder's weights and its estimated activations beside the chat model's own budget.
+    activations = report.embedding_models[0].activation_bytes
+    assert activations > 0
+    assert report.budget_bytes == server.served.memory_budget.total_bytes + expected + activations
     from prometheus_client.parser import text_string_to_metric_families
 
     families = {f.name: f for f in text_string_to_metric_families(server.metrics.exposition().decode())}

@@ -34,7 +34,8 @@ from tests.e2e.serve_process import ServeProcess, free_port, start_serve
 STREAMS = 64
 NEW_REQUESTS = 8
 OUTPUT_TOKENS = 16
-_REPLICA_FLAGS = ("--kv-cache-memory-mib", "64", "--max-model-len", "256", "--no-audio", "--torch-threads", "1",
+# 128 MiB of KV holds all of a replica's streams at once, so they run side by side rather than in turns.
+_REPLICA_FLAGS = ("--kv-cache-memory-mib", "128", "--max-model-len", "256", "--no-audio", "--torch-threads", "1",
                   "--drain-timeout-ms", "120000")
 
 
@@ -108,10 +109,12 @@ class StreamResult:
 
 
 class _Started:
-    """The replica port of every stream that has its first answer, and an event once all of them have one."""
+    """The replica port of every stream that has its first answer, the streams that have ended, and an event
+    once every stream has its first answer."""
 
     def __init__(self, count: int) -> None:
         self.ports: dict[int, int | None] = {}
+        self.ended: set[int] = set()
         self.count = count
         self.all = asyncio.Event()
 
@@ -119,6 +122,11 @@ class _Started:
         self.ports.setdefault(index, port)
         if len(self.ports) >= self.count:
             self.all.set()
+
+    def busiest_replica(self) -> int | None:
+        """The replica with the most streams still running (the first one's on a tie)."""
+        running = [port for index, port in self.ports.items() if index not in self.ended and port is not None]
+        return max(running, key=running.count) if running else None
 
 
 async def _stream(stub: pb_grpc.GenerateServiceStub, index: int, started: _Started) -> StreamResult:
@@ -134,6 +142,8 @@ async def _stream(stub: pb_grpc.GenerateServiceStub, index: int, started: _Start
     except grpc.aio.AioRpcError as error:
         started.record(index, port)
         return StreamResult(port, error.code(), token_count)
+    finally:
+        started.ended.add(index)
 
 
 @dataclass(frozen=True)
@@ -144,16 +154,16 @@ class LoadOutcome:
 
 
 async def _signal_under_load(fleet: Fleet, stop: signal.Signals) -> LoadOutcome:
-    """Starts STREAMS streams; once each has its first token, sends `stop` to the replica of the first one,
-    then NEW_REQUESTS new requests while the other replica's streams run: at once on SIGTERM (while the
-    replica drains), once the replica is dead and its streams are cut on SIGKILL."""
+    """Starts STREAMS streams; once each has its first token, sends `stop` to the replica with the most of them
+    still running, then NEW_REQUESTS new requests while the other replica's streams run: at once on SIGTERM
+    (while the replica drains), once the replica is dead and its streams are cut on SIGKILL."""
     async with grpc.aio.insecure_channel(fleet.proxy.grpc_target) as channel:
         stub = pb_grpc.GenerateServiceStub(channel)
         started = _Started(STREAMS)
         tasks = [asyncio.create_task(_stream(stub, index, started)) for index in range(STREAMS)]
         await asyncio.wait_for(started.all.wait(), timeout=300)
-        victim = started.ports[0]
-        assert victim in fleet.replicas
+        victim = started.busiest_replica()
+        assert victim in fleet.replicas, "a replica still had streams running once every stream had begun"
         process = fleet.replicas[victim].process
         process.send_signal(stop)
         if stop == signal.SIGKILL:  # new requests are the ones sent once the replica is gone and its streams cut

@@ -22,7 +22,8 @@ def test_budget_gauges_sum_to_what_the_engine_holds(served_smollm2) -> None:
     weights = _distinct_storage_bytes([*runner.model.parameters(), *runner.model.buffers()])
     kv_cache = _distinct_storage_bytes([*runner.kv_cache.key_caches, *runner.kv_cache.value_caches])
     registry = served_smollm2.metrics.registry
-    gauges = {component.name: registry.get_sample_value("arbi_memory_budget_bytes", {"component": component.name})
+    gauges = {component.name: registry.get_sample_value("arbi_memory_budget_bytes",
+                                                        {"component": component.name, "model": served.name})
               for component in served.memory_budget.components}
     # A model an admin test reloaded came from the server's loader, which also reserves the audio models.
     audio = gauges.get("audio_models", 0)
@@ -34,4 +35,4 @@ def test_budget_gauges_sum_to_what_the_engine_holds(served_smollm2) -> None:
     assert set(gauges) <= {"weights", "kv_cache", "codec_scratch", "activations", "audio_models"}
     assert sum(gauges.values()) == weights + kv_cache + gauges["activations"] + gauges.get("codec_scratch", 0) + audio \
         == served.memory_budget.total_bytes
-    assert registry.get_sample_value("arbi_memory_limit_bytes") >= sum(gauges.values())
+    assert registry.get_sample_value("arbi_memory_limit_bytes", {"model": served.name}) >= sum(gauges.values())

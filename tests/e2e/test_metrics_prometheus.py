@@ -149,7 +149,7 @@ def test_boot_log_record_carries_the_config_and_the_budget(server: tuple[ServePr
     assert len(boots) == 1
     boot = boots[0]
     assert boot["config"]["kv_cache_memory_mib"] == 64 and boot["memory_budget"]["method"] == "measured"
-    samples = re.findall(rb'^arbi_memory_budget_bytes\{component="(\w+)"\} (\S+)$', _exposition(metrics_port), re.MULTILINE)
+    samples = re.findall(rb'^arbi_memory_budget_bytes\{component="(\w+)",model="[^"]+"\} (\S+)$', _exposition(metrics_port), re.MULTILINE)
     assert {name.decode(): int(float(value)) for name, value in samples} == {
         name: part["bytes"] for name, part in boot["memory_budget"]["components"].items()
     }

@@ -100,15 +100,17 @@ def test_openai_sdk_lists_chats_and_streams_with_any_key(sdk: openai.OpenAI) -> 
 
 
 def _scrape() -> dict[str, float]:
-    """The gateway's /metrics as {sample name with labels: value}; promtool must accept it."""
+    """The gateway's /metrics as {sample name with labels: value}, summed over the engine's `model` label;
+    promtool must accept it."""
     with urllib.request.urlopen(METRICS_URL, timeout=10) as response:
         exposition = response.read()
     check_metrics(exposition)
     samples = {}
     for family in text_string_to_metric_families(exposition.decode()):
         for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "model")
+            key = f"{sample.name}{{{labels}}}" if labels else sample.name
+            samples[key] = samples.get(key, 0) + sample.value
     return samples
 
 

@@ -1,12 +1,14 @@
 """TLS on a real server with a throwaway CA: plaintext clients are refused, clients trusting the CA generate,
-and with client certificates required (mTLS) a client without one is refused; `arbi-serve chat` answers
-over mTLS with `--ca-file` and its client certificate, and so does the gateway with its upstream TLS flags."""
+and with client certificates required (mTLS) a client without one is refused while batches still run;
+`arbi-serve chat` answers over mTLS with `--ca-file` and its client certificate, and so does the gateway with
+its upstream TLS flags."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -15,12 +17,15 @@ from arbi_gateway.process import GatewayProcess
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from arbi_client import ArbiClient
+from arbi_client.arbi.v1 import batch_service_pb2 as batch_pb
+from arbi_client.arbi.v1 import batch_service_pb2_grpc as batch_grpc
 from arbi_client.tls import ChannelTls, open_channel
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.served_model import build_served_model
 from arbi_grpc.server import GrpcServer
 from arbi_grpc.server_config import ServerConfig
+from tests.e2e.batch_helpers import chat_line, jsonl, lines_of, upload, wait_for_batch
 from tests.e2e.serve_process import run_cli
 from tests.e2e.tls_certificates import CertificateFiles, make_certificates
 
@@ -46,9 +51,11 @@ def tls_server(certificates: CertificateFiles) -> Iterator[GrpcServer]:
 
 
 @pytest.fixture(scope="module")
-def mtls_server(smollm2_dir: Path, certificates: CertificateFiles) -> Iterator[GrpcServer]:
+def mtls_server(smollm2_dir: Path, certificates: CertificateFiles,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcServer]:
     engine = EngineConfig(model=str(smollm2_dir), kv_cache_memory_mib=32, max_running_requests=4)
-    server = GrpcServer(build_served_model(engine), config=_tls_config(certificates, str(certificates.ca))).start()
+    config = replace(_tls_config(certificates, str(certificates.ca)), data_dir=str(tmp_path_factory.mktemp("data")))
+    server = GrpcServer(build_served_model(engine), config=config).start()
     yield server
     server.stop()
 
@@ -79,6 +86,17 @@ def test_mtls_refuses_clients_without_a_certificate_and_serves_those_with_one(
     with ArbiClient(mtls_server.target, tls=tls) as client:
         reply = "".join(client.stream_chat([{"role": "user", "content": QUESTION}], max_output_tokens=8))
     assert reply.strip()
+
+
+def test_batches_run_behind_mtls(mtls_server: GrpcServer, certificates: CertificateFiles) -> None:
+    tls = ChannelTls(str(certificates.ca), str(certificates.client_cert), str(certificates.client_key))
+    with open_channel(mtls_server.target, tls) as channel:
+        stored = upload(channel, jsonl([chat_line(mtls_server.served.name, "one", QUESTION, max_tokens=4)]))
+        created = batch_grpc.BatchServiceStub(channel).CreateBatch(batch_pb.CreateBatchRequest(
+            input_file_id=stored.id, endpoint="/v1/chat/completions", completion_window="24h"), timeout=30).batch
+        batch = wait_for_batch(channel, created.id)
+        assert (batch.status, batch.request_counts.completed) == ("completed", 1)
+        assert lines_of(channel, batch.output_file_id)[0]["response"]["status_code"] == 200
 
 
 def test_chat_command_takes_the_ca_and_client_certificate(mtls_server: GrpcServer,

@@ -127,16 +127,20 @@ class AsyncArbiClient:
         request = admin_pb.LoadModelRequest(model=model)
         return (await self._admin.LoadModel(request, metadata=self._admin_token)).model
 
-    async def unload_model(self, drain_timeout_ms: int = 0) -> admin_pb.UnloadModelResponse:
-        request = admin_pb.UnloadModelRequest(drain_timeout_ms=drain_timeout_ms)
+    async def unload_model(self, drain_timeout_ms: int = 0, model: str = "") -> admin_pb.UnloadModelResponse:
+        """Unloads the resident model `model` (empty: the default chat model)."""
+        request = admin_pb.UnloadModelRequest(drain_timeout_ms=drain_timeout_ms, model=model)
         return await self._admin.UnloadModel(request, metadata=self._admin_token)
 
-    async def switch_model(self, model: str, drain_timeout_ms: int = 0) -> admin_pb.SwitchModelResponse:
-        request = admin_pb.SwitchModelRequest(model=model, drain_timeout_ms=drain_timeout_ms)
+    async def switch_model(self, model: str, drain_timeout_ms: int = 0,
+                     replace_model: str = "") -> admin_pb.SwitchModelResponse:
+        """Replaces the resident chat model `replace_model` (empty: the default) with `model`."""
+        request = admin_pb.SwitchModelRequest(model=model, drain_timeout_ms=drain_timeout_ms,
+                                              replace_model=replace_model)
         return await self._admin.SwitchModel(request, metadata=self._admin_token)
 
-    async def get_memory_report(self) -> admin_pb.GetMemoryReportResponse:
-        request = admin_pb.GetMemoryReportRequest()
+    async def get_memory_report(self, model: str = "") -> admin_pb.GetMemoryReportResponse:
+        request = admin_pb.GetMemoryReportRequest(model=model)
         return await self._admin.GetMemoryReport(request, metadata=self._admin_token)
 
     async def list_running_requests(self) -> list[admin_types.RunningRequest]:

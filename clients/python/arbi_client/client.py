@@ -127,16 +127,21 @@ class ArbiClient:
     def load_model(self, model: str) -> admin_types.ModelInfo:
         return self._admin.LoadModel(admin_pb.LoadModelRequest(model=model), metadata=self._admin_token).model
 
-    def unload_model(self, drain_timeout_ms: int = 0) -> admin_pb.UnloadModelResponse:
-        request = admin_pb.UnloadModelRequest(drain_timeout_ms=drain_timeout_ms)
+    def unload_model(self, drain_timeout_ms: int = 0, model: str = "") -> admin_pb.UnloadModelResponse:
+        """Unloads the resident model `model` (empty: the default chat model)."""
+        request = admin_pb.UnloadModelRequest(drain_timeout_ms=drain_timeout_ms, model=model)
         return self._admin.UnloadModel(request, metadata=self._admin_token)
 
-    def switch_model(self, model: str, drain_timeout_ms: int = 0) -> admin_pb.SwitchModelResponse:
-        request = admin_pb.SwitchModelRequest(model=model, drain_timeout_ms=drain_timeout_ms)
+    def switch_model(self, model: str, drain_timeout_ms: int = 0,
+                     replace_model: str = "") -> admin_pb.SwitchModelResponse:
+        """Replaces the resident chat model `replace_model` (empty: the default) with `model`."""
+        request = admin_pb.SwitchModelRequest(model=model, drain_timeout_ms=drain_timeout_ms,
+                                              replace_model=replace_model)
         return self._admin.SwitchModel(request, metadata=self._admin_token)
 
-    def get_memory_report(self) -> admin_pb.GetMemoryReportResponse:
-        return self._admin.GetMemoryReport(admin_pb.GetMemoryReportRequest(), metadata=self._admin_token)
+    def get_memory_report(self, model: str = "") -> admin_pb.GetMemoryReportResponse:
+        """The KV pool and weights of the chat model `model` (empty: the default), and every resident model."""
+        return self._admin.GetMemoryReport(admin_pb.GetMemoryReportRequest(model=model), metadata=self._admin_token)
 
     def list_running_requests(self) -> list[admin_types.RunningRequest]:
         request = admin_pb.ListRunningRequestsRequest()

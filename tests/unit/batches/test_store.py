@@ -1,5 +1,5 @@
 """The data directory's store: atomic writes leave all or nothing, files and batch records survive a reopen,
-a batch line is recorded (and counted) once, paging and state transitions."""
+a batch line is recorded (and counted) once, paging and state transitions, a tenant sees only its own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from arbi_grpc.batches.batch_store import BatchStore
 from arbi_grpc.batches.database import Database
 from arbi_grpc.batches.file_store import FileNotFound, FileStore, FileTooLarge, atomic_write
-from arbi_grpc.errors import InvalidArgumentError
+from arbi_grpc.errors import InvalidArgumentError, NotFoundError
 
 
 def _stores(directory):
@@ -39,11 +39,30 @@ def test_files_survive_a_reopen_and_delete_removes_content(tmp_path):
     database, files, _ = _stores(tmp_path)
     assert files.get(record.id) == record and record.bytes == 14
     assert b"".join(files.chunks(record.id)) == b"line 1\nline 2\n"
-    assert [entry.id for entry in files.list("batch")] == [record.id] and files.list("user_data") == []
+    assert files.page("batch") == ([record], False) and files.page("user_data") == ([], False)
     files.delete(record.id)
     with pytest.raises(FileNotFound):
         files.get(record.id)
     assert not (tmp_path / "files" / record.id).exists()
+
+
+def test_files_page_in_either_order_after_a_cursor(tmp_path):
+    _, files, _ = _stores(tmp_path)
+    created = [files.create(f"{index}.jsonl", "batch" if index % 2 else "user_data", [b"x"]) for index in range(5)]
+    newest_first = [record.id for record in reversed(created)]
+    pages, after = [], ""
+    while True:
+        page, more = files.page(after=after, limit=2)
+        pages.append([record.id for record in page])
+        if not more:
+            break
+        after = page[-1].id
+    assert pages == [newest_first[:2], newest_first[2:4], newest_first[4:]]
+    oldest_first, _ = files.page(after=created[1].id, limit=10, ascending=True)
+    assert [record.id for record in oldest_first] == [record.id for record in created[2:]]
+    assert files.page("batch", limit=1) == ([created[3]], True)
+    with pytest.raises(FileNotFound, match="after"):
+        files.page(after="file-nope")
 
 
 def test_a_line_is_recorded_once_and_counted_once(tmp_path):
@@ -75,3 +94,38 @@ def test_pages_newest_first(tmp_path):
     assert [entry.id for entry in rest] == ids[2::-1] and not more
     with pytest.raises(InvalidArgumentError):
         batches.create("file-x", "/v1/completions", "1h", {})
+
+
+def test_files_and_batches_are_seen_only_by_their_tenant(tmp_path):
+    _, files, batches = _stores(tmp_path)
+    mine = files.create("a.jsonl", "batch", [b"x\n"], owner="tenant-a")
+    theirs = files.create("b.jsonl", "batch", [b"y\n"], owner="tenant-b")
+    assert files.page(owner="tenant-a") == ([mine], False)
+    assert files.page(ascending=True) == ([mine, theirs], False)  # no owner: every file
+    for read in (files.get, files.read, lambda file_id, owner: list(files.chunks(file_id, owner)), files.delete):
+        with pytest.raises(FileNotFound):
+            read(theirs.id, "tenant-a")
+    with pytest.raises(FileNotFound):
+        files.page(after=theirs.id, owner="tenant-a")
+    batch = batches.create(mine.id, "/v1/chat/completions", "24h", {}, tenant="tenant-a")
+    batches.create(theirs.id, "/v1/chat/completions", "24h", {}, tenant="tenant-b")
+    assert [record.id for record in batches.page("", 10, owner="tenant-a")[0]] == [batch.id]
+    assert len(batches.page("", 10)[0]) == 2
+    assert batches.get(batch.id, "tenant-a") == batch
+    with pytest.raises(NotFoundError):
+        batches.get(batch.id, "tenant-b")
+
+
+def test_a_database_from_before_file_owners_gains_the_column(tmp_path):
+    import sqlite3
+
+    connection = sqlite3.connect(tmp_path / "arbi.sqlite3")
+    connection.execute("CREATE TABLE files (id TEXT PRIMARY KEY, filename TEXT NOT NULL, purpose TEXT NOT NULL, "
+                       "bytes INTEGER NOT NULL, created_at INTEGER NOT NULL)")
+    connection.execute("INSERT INTO files VALUES ('file-old', 'old.jsonl', 'batch', 3, 1)")
+    connection.commit()
+    connection.close()
+    (tmp_path / "files").mkdir()
+    _, files, _ = _stores(tmp_path)
+    assert files.get("file-old").owner is None
+    assert files.create("new.jsonl", "batch", [b"z\n"], owner="t").owner == "t"

@@ -1,5 +1,6 @@
 """The batching encoder runner on a small random BERT: requests submitted together come back each with its
-own rows, equal to running each alone; padding never changes a row; a failing round fails only its requests."""
+own rows, equal to running each alone; padding never changes a row; a failing round fails only its requests;
+queued interactive requests run before queued batch-priority ones."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tokenizers import Tokenizer, models
 from arbi_grpc.embeddings.embedding_model import EmbeddingModel
 from arbi_grpc.embeddings.encoder_runner import EncoderRunner
 from arbi_grpc.embeddings.pooling import PoolingConfig, PoolingMode
+from arbi_grpc.engine.request import Priority
 from arbi_grpc.models.bert import BertConfig, BertEncoder
 
 CONFIG = BertConfig(vocab_size=64, hidden_size=16, num_layers=2, num_heads=4, intermediate_size=32,
@@ -61,3 +63,26 @@ def test_a_failing_round_fails_its_requests_and_the_runner_goes_on(model: Embedd
     finally:
         runner.close()
     assert not any(t.name == "arbi-encoder-tiny" for t in threading.enumerate())
+
+
+def test_queued_interactive_requests_run_before_batch_ones(model: EmbeddingModel) -> None:
+    blocking = EmbeddingModel("blocking", model.encoder, model.tokenizer, model.pooling)
+    release, order = threading.Event(), []
+
+    def embed_batch(token_lists):
+        release.wait(timeout=30)  # holds the first round until everything else is queued
+        order.append(token_lists[0][0])
+        return model.embed_batch(token_lists)
+
+    blocking.embed_batch = embed_batch
+    runner = EncoderRunner(blocking, max_batch_tokens=1)  # one request per round
+    try:
+        first = runner.submit([[1]])
+        batch = [runner.submit([[10 + index]], Priority.BATCH) for index in range(2)]
+        interactive = [runner.submit([[20 + index]]) for index in range(2)]
+        release.set()
+        for future in (first, *batch, *interactive):
+            future.result(timeout=30)
+        assert order == [1, 20, 21, 10, 11]
+    finally:
+        runner.close()

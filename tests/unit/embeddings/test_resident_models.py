@@ -41,7 +41,10 @@ def slow_load(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 def _model_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "tiny-bert"
     directory.mkdir()
-    (directory / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    (directory / "config.json").write_text(json.dumps({
+        "architectures": ["BertModel"], "vocab_size": CONFIG.vocab_size, "hidden_size": CONFIG.hidden_size,
+        "num_hidden_layers": CONFIG.num_layers, "num_attention_heads": CONFIG.num_heads,
+        "intermediate_size": CONFIG.intermediate_size, "max_position_embeddings": CONFIG.max_positions}))
     return directory
 
 
@@ -84,3 +87,37 @@ def test_specs_are_told_apart(tmp_path: Path) -> None:
     assert resident.is_embedding_spec(resident.MINILM_NAME)
     assert resident.is_embedding_spec(str(_model_dir(tmp_path)))
     assert not resident.is_embedding_spec("SmolLM2-135M-Instruct")
+
+
+def test_each_model_is_a_budget_component_checked_before_its_load(tmp_path: Path, slow_load: threading.Event) -> None:
+    from arbi_grpc.embeddings.memory import FLOAT32_BYTES, encoder_parameter_count
+    from arbi_grpc.errors import ResourceExhaustedError
+    from arbi_grpc.memory.budget import MemoryBudget, MemoryLimit
+
+    checked = []
+
+    def check_fits(name, component) -> None:
+        checked.append(name)
+        MemoryBudget("cpu", "estimated", (component,), MemoryLimit(limit_bytes, "test"),
+                     subject=f"embedding model {name!r}").check_fits()
+
+    async def scenario() -> None:
+        registry = resident.ResidentEmbeddingModels(check_fits=check_fits)
+        directory = _model_dir(tmp_path)
+        with pytest.raises(ResourceExhaustedError, match="embedding model 'tiny-bert'.*embedding tiny-bert"):
+            await registry.load(str(directory))
+        assert registry.components() == () and registry.names == []  # nothing left registered
+        nonlocal limit_bytes
+        limit_bytes = 2**40
+        slow_load.set()
+        await registry.load(str(directory))
+        (component,) = registry.components()
+        weights = encoder_parameter_count(json.loads((directory / "config.json").read_text())) * FLOAT32_BYTES
+        assert weights == sum(t.numel() * 4 for t in registry.models()[0].encoder.weights.values())
+        assert component.num_bytes > weights  # plus the activation working set
+        await registry.unload("tiny-bert")
+        assert registry.components() == ()
+
+    limit_bytes = 1
+    asyncio.run(scenario())
+    assert checked == ["tiny-bert", "tiny-bert"]

@@ -71,3 +71,31 @@ def test_default_cpu_pool_holds_the_running_batch_at_the_context_limit() -> None
     assert "max_running_requests=4" in pool.detail
     budget = estimate_budget(config, model, pool, limit)
     assert budget.component("kv_cache").num_bytes == pool.num_bytes
+
+
+def test_chat_models_still_to_load_split_the_room_and_residents_count_as_others() -> None:
+    from arbi_grpc.memory.budget import MemoryComponent
+    from arbi_grpc.memory.residents import pending_model_component
+
+    cuda = EngineConfig(device="cuda", gpu_memory_utilization=0.8)
+    first = choose_kv_pool_budget(cuda, MemoryLimit(100 * GIB, "free"), 10 * GIB, 1 * MIB, share=2)
+    assert first.num_bytes == (int(100 * GIB * 0.8) - 10 * GIB) // 2
+    assert "split 1/2 among the chat models still to load" in first.source
+    cpu = choose_kv_pool_budget(EngineConfig(max_running_requests=64), MemoryLimit(4 * GIB, "test"), 1 * GIB,
+                                360 * MIB, share=3)
+    assert cpu.num_bytes == int(3 * GIB * CPU_FREE_MEMORY_SHARE) // 3
+    # plan_default_kv_pool counts the residents among the other components and names the model when they fill it.
+    model = model_config()
+    resident = MemoryComponent("model other", 8 * GIB, "resident chat model", "unload it")
+    with pytest.raises(ResourceExhaustedError, match="of model 'next' does not fit: model other 8,192.0 MiB"):
+        plan_default_kv_pool(EngineConfig(), model, MemoryLimit(8 * GIB, "test"), residents=(resident,),
+                             subject="model 'next'")
+
+    # Two models of one shape at boot: the first leaves room for the second (estimated without its pool) and
+    # takes half; the second, with the first resident, takes what is left: equal pools.
+    config, limit = EngineConfig(device="cuda", max_model_len=256, kv_cache_dtype="bfloat16"), MemoryLimit(4 * GIB, "t")
+    pending = pending_model_component("second", config, model, limit)
+    first_pool = plan_default_kv_pool(config, model, limit, pending=(pending,))
+    first_resident = MemoryComponent("model first", pending.num_bytes + first_pool.num_bytes, "resident", "")
+    second_pool = plan_default_kv_pool(config, model, limit, residents=(first_resident,))
+    assert first_pool.num_blocks == second_pool.num_blocks > 0

@@ -44,32 +44,38 @@ def _model_metrics(prefix_cache: bool) -> ModelMetrics:
     return metrics
 
 
-def test_exposition_is_promtool_clean_and_carries_the_resident_model() -> None:
-    resident: list[ModelMetrics] = []
-    server = ServerMetrics(lambda: resident[0] if resident else None)
+def test_exposition_is_promtool_clean_and_carries_every_resident_model_by_label() -> None:
+    resident: list[tuple[str, ModelMetrics]] = []
+    server = ServerMetrics(lambda: resident)
     server.rpc_requests.labels(rpc="arbi.v1.GenerateService/Generate", code="OK").inc()
     idle = server.exposition().decode()
     assert "arbi_rpc_requests_total" in idle and "process_resident_memory_bytes" in idle
     assert "arbi_time_to_first_token_seconds" not in idle  # no model resident, no engine series
 
-    resident.append(_model_metrics(prefix_cache=True))
+    resident.append(("chat", _model_metrics(prefix_cache=True)))
+    other = _model_metrics(prefix_cache=False)
+    other.output_tokens.inc(4)
+    resident.append(("other", other))
     exposition = server.exposition()
-    check_metrics(exposition)
+    check_metrics(exposition)  # one family per name, however many models
     registry = server.registry
-    assert registry.get_sample_value("arbi_time_to_first_token_seconds_count") == 1
-    assert registry.get_sample_value("arbi_output_tokens_total") == 3
-    assert registry.get_sample_value("arbi_requests_running") == 2
-    assert registry.get_sample_value("arbi_requests_waiting") == 5
-    assert registry.get_sample_value("arbi_kv_blocks_used") == 70
-    assert registry.get_sample_value("arbi_kv_blocks_free") == 30
-    assert registry.get_sample_value("arbi_preemptions_total") == 4
-    assert registry.get_sample_value("arbi_prefix_cache_hit_tokens_total") == 64
-    assert registry.get_sample_value("arbi_prefix_cache_query_tokens_total") == 256
-    budget = {c.name: registry.get_sample_value("arbi_memory_budget_bytes", {"component": c.name})
+    chat = {"model": "chat"}
+    assert registry.get_sample_value("arbi_time_to_first_token_seconds_count", chat) == 1
+    assert registry.get_sample_value("arbi_output_tokens_total", chat) == 3
+    assert registry.get_sample_value("arbi_output_tokens_total", {"model": "other"}) == 7
+    assert registry.get_sample_value("arbi_requests_running", chat) == 2
+    assert registry.get_sample_value("arbi_requests_waiting", chat) == 5
+    assert registry.get_sample_value("arbi_kv_blocks_used", chat) == 70
+    assert registry.get_sample_value("arbi_kv_blocks_free", chat) == 30
+    assert registry.get_sample_value("arbi_preemptions_total", chat) == 4
+    assert registry.get_sample_value("arbi_prefix_cache_hit_tokens_total", chat) == 64
+    assert registry.get_sample_value("arbi_prefix_cache_query_tokens_total", chat) == 256
+    assert registry.get_sample_value("arbi_prefix_cache_hit_tokens_total", {"model": "other"}) is None
+    budget = {c.name: registry.get_sample_value("arbi_memory_budget_bytes", {"component": c.name, **chat})
               for c in BUDGET.components}
     assert budget == {"weights": 500 * MIB, "kv_cache": 256 * MIB, "activations": 100 * MIB}
-    assert registry.get_sample_value("arbi_memory_limit_bytes") == 8192 * MIB
-    assert registry.get_sample_value("arbi_model_info", {"model": "m", "architecture": "LlamaForCausalLM",
+    assert registry.get_sample_value("arbi_memory_limit_bytes", chat) == 8192 * MIB
+    assert registry.get_sample_value("arbi_model_info", {"model": "chat", "architecture": "LlamaForCausalLM",
                                                          "dtype": "float32", "device": "cpu"}) == 1
 
 
@@ -80,14 +86,14 @@ def test_prefix_cache_series_are_absent_when_the_cache_is_off() -> None:
 
 
 def test_gpu_series_exist_exactly_when_nvml_works() -> None:
-    server = ServerMetrics(lambda: None)
+    server = ServerMetrics(list)
     nvml_works = open_nvml() is not None
     assert server.gpu_memory_exported is nvml_works
     assert ("arbi_gpu_memory_used_bytes" in server.exposition().decode()) is nvml_works
 
 
 def test_exporter_serves_the_registry_over_http() -> None:
-    server = ServerMetrics(lambda: None)
+    server = ServerMetrics(list)
     server.rpc_requests.labels(rpc="x/Y", code="OK").inc(2)
     exporter = MetricsExporter(server.registry, "127.0.0.1", 0)
     try:
