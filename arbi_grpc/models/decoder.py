@@ -20,10 +20,12 @@ from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
+from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear, QuantizedEmbedding
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
+from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
 
-# Reads the model's tensors given their names and shapes (in checkpoint order): `CausalLM.from_weights`.
-WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, Tensor]]
+# Reads the model's tensors (float, or block-quantized on the CPU) given their names and shapes: `CausalLM.from_weights`.
+WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, "Tensor | QuantizedWeight"]]
 
 
 class RMSNorm(nn.Module):
@@ -46,7 +48,7 @@ class RMSNorm(nn.Module):
 class SwiGLUMLP(nn.Module):
     """down(silu(gate(x)) * up(x)), bias-free, with HF parameter names.
 
-    After `fuse_projections` the gate and up weights are views into one [2I, H] matrix, multiplied at once.
+    After `fuse_projections` the gate and up weights are one [2I, H] matrix, multiplied at once.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int, ops: DecoderOps) -> None:
@@ -54,17 +56,18 @@ class SwiGLUMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.gate_up_weight: Tensor | None = None
+        self.gate_up: LinearOp | None = None
+        self.down: LinearOp | None = None
         self.ops = ops
 
     def fuse_projections(self) -> None:
-        self.gate_up_weight = fuse_linear_weights(self.gate_proj, self.up_proj)[0]
+        self.gate_up = fused_linear(self.ops, self.gate_proj, self.up_proj)
+        self.down = fused_linear(self.ops, self.down_proj)
 
     def forward(self, states: Tensor) -> Tensor:
-        if self.gate_up_weight is None:
+        if self.gate_up is None or self.down is None:
             raise RuntimeError("SwiGLUMLP: call CausalLM.fuse_projections() once the weights are loaded")
-        gate_up = self.ops.linear(states, self.gate_up_weight)  # [T, 2I]
-        return self.ops.linear(self.ops.silu_and_mul(gate_up), self.down_proj.weight)
+        return self.down(self.ops.silu_and_mul(self.gate_up(states)))  # gate_up: [T, 2I]
 
 
 class DecoderAttention(nn.Module):
@@ -87,22 +90,23 @@ class DecoderAttention(nn.Module):
         self.o_proj = nn.Linear(query_width, config.hidden_size, bias=config.output_projection_bias)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
-        self.qkv_weight: Tensor | None = None
-        self.qkv_bias: Tensor | None = None
+        self.qkv: LinearOp | None = None
+        self.output: LinearOp | None = None
 
     def fuse_projections(self) -> None:
-        """Multiply q, k and v in one matmul: their weights become views into one [(H + 2 Hkv) D, hidden] matrix."""
-        self.qkv_weight, self.qkv_bias = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
+        """Multiply q, k and v in one matmul, by one [(H + 2 Hkv) D, hidden] matrix."""
+        self.qkv = fused_linear(self.ops, self.q_proj, self.k_proj, self.v_proj)
+        self.output = fused_linear(self.ops, self.o_proj)
 
     def forward(
         self, states: Tensor, rotation: Rotation, metadata: AttentionMetadata, kv_cache: KVStorage
     ) -> Tensor:
-        if self.qkv_weight is None:
+        if self.qkv is None or self.output is None:
             raise RuntimeError("DecoderAttention: call CausalLM.fuse_projections() once the weights are loaded")
         num_tokens = states.shape[0]
         query_width = self.num_heads * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
-        qkv = self.ops.linear(states, self.qkv_weight, self.qkv_bias)  # [T, (H + 2 Hkv) D]
+        qkv = self.qkv(states)  # [T, (H + 2 Hkv) D]
         query = qkv[:, :query_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
         key = qkv[:, query_width: query_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)
         value = qkv[:, query_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
@@ -112,7 +116,7 @@ class DecoderAttention(nn.Module):
         query, key = rotation.apply(query, key, head_norms)
         attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
         attended = attended.reshape(num_tokens, self.num_heads * self.head_dim)
-        return self.ops.linear(attended, self.o_proj.weight, self.o_proj.bias)
+        return self.output(attended)
 
 
 class DecoderLayer(nn.Module):
@@ -183,6 +187,7 @@ class CausalLM(nn.Module):
         self.lm_head = (
             None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
+        self.logits_projection: LinearOp | None = None
         self.projections_fused = False
 
     @classmethod
@@ -200,8 +205,13 @@ class CausalLM(nn.Module):
         with torch.device("meta"):  # shapes only: the weights come from `read_weights`
             model = cls(config, attention_backend=attention_backend, device=device, ops=ops)
         tensors = read_weights({name: tuple(tensor.shape) for name, tensor in model.state_dict().items()})
-        model.load_state_dict(tensors, strict=True, assign=True)
-        del tensors  # the model holds them now; the fusion below frees the parts it merges
+        quantized = {name: tensor for name, tensor in tensors.items() if isinstance(tensor, QuantizedWeight)}
+        dense = {name: tensor for name, tensor in tensors.items() if name not in quantized}
+        missing, unexpected = model.load_state_dict(dense, strict=False, assign=True)
+        if unexpected or set(missing) != set(quantized):
+            raise RuntimeError(f"CausalLM.from_weights: unexpected {unexpected}, missing {sorted(set(missing) - set(quantized))}")
+        del tensors, dense  # the model holds them now; the fusion below frees the parts it merges
+        model.place_quantized(quantized)
         model.requires_grad_(False)
         model.fuse_projections()
         return model.eval()
@@ -217,22 +227,76 @@ class CausalLM(nn.Module):
             states, residual = layer(states, residual, rotation, metadata, kv_cache)
         return self.model.norm.add_and_norm(states, residual)[0]
 
+    def place_quantized(self, weights: dict[str, QuantizedWeight]) -> None:
+        """Put block-quantized weights (CPU only) where their checkpoint names say: the embedding table becomes
+        a `QuantizedEmbedding`, a projection keeps its weight aside for `fused_linear` to pack."""
+        for name, weight in weights.items():
+            module_name, _, parameter = name.rpartition(".")
+            module = self.get_submodule(module_name)
+            if isinstance(module, nn.Embedding) and parameter == "weight":
+                self.model.embed_tokens = QuantizedEmbedding(weight)
+            elif isinstance(module, nn.Linear) and parameter == "weight":
+                module.register_parameter("weight", None)
+                module.quantized_weight = weight
+            else:
+                raise NotImplementedError(f"quantized weights apply to embeddings and linear layers, not {name!r}")
+
     def fuse_projections(self) -> None:
-        """Merge q/k/v and gate/up weights into single matmuls, once the weights are in place (`from_weights`
-        does it; a model built without it refuses to run)."""
+        """Merge q/k/v and gate/up weights into single matmuls and bind every projection's kernel, once the
+        weights are in place (`from_weights` does it; a model built without it refuses to run)."""
         for layer in self.model.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
+        if self.lm_head is not None:
+            self.logits_projection = fused_linear(self.ops, self.lm_head)
+        else:
+            embedding = self.model.embed_tokens
+            self.logits_projection = (
+                PackedInt4Linear(embedding.table, None) if isinstance(embedding, QuantizedEmbedding)
+                else DenseLinear(self.ops, embedding.weight, None)
+            )
         self.projections_fused = True
-        if self.model.embed_tokens.weight.is_cuda:
+        if self.model.norm.weight.is_cuda:
             # The merged parts go back to the driver now: left cached, the next allocations (the KV pool)
             # would split their blocks and keep them reserved for good.
             torch.cuda.empty_cache()
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden [N, hidden_size] -> float32 logits [N, vocab_size]."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return self.ops.linear(hidden, weight).float()
+        return self.logits_projection(hidden).float()
+
+
+LinearOp = Callable[[Tensor], Tensor]
+
+
+class DenseLinear:
+    """x @ weight.T (+ bias) through the ops' linear: a float weight's kernel, bound at load."""
+
+    def __init__(self, ops: DecoderOps, weight: Tensor, bias: Tensor | None) -> None:
+        self.ops, self.weight, self.bias = ops, weight, bias
+
+    def __call__(self, states: Tensor) -> Tensor:
+        return self.ops.linear(states, self.weight, self.bias)
+
+
+def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
+    """One matmul for the layers' outputs side by side, its kernel chosen here, once: torch's CPU int4 kernel
+    when every layer holds a quantized weight of one kind (`place_quantized`) of a shape it packs, else the
+    ops' linear over the float weights (quantized parts dequantized first)."""
+    quantized = [getattr(layer, "quantized_weight", None) for layer in layers]
+    if all(weight is not None for weight in quantized) and len({weight.kind for weight in quantized}) == 1:
+        merged = concatenate(quantized)
+        if PackedInt4Linear.packs(merged.shape):
+            biases = [layer.bias for layer in layers]
+            bias = torch.cat(biases) if all(b is not None for b in biases) else None
+            return PackedInt4Linear(merged, bias)
+    for layer, weight in zip(layers, quantized):
+        if weight is not None:
+            layer.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
+            del layer.quantized_weight
+    if len(layers) == 1:
+        return DenseLinear(ops, layers[0].weight, layers[0].bias)
+    return DenseLinear(ops, *fuse_linear_weights(*layers))
 
 
 def fuse_linear_weights(*layers: nn.Linear) -> tuple[Tensor, Tensor | None]:

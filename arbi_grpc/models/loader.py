@@ -9,9 +9,11 @@ import torch
 from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.errors import ModelLoadError
-from arbi_grpc.models.checkpoint_reader import read_checkpoint_tensors, read_hf_config
+from arbi_grpc.models.checkpoint_reader import read_checkpoint_tensors, read_hf_config, read_quantized_tensors
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.gguf.importer import QUANTIZED_WEIGHTS_FILE
+from arbi_grpc.models.quantized_weights import QuantizedWeight
 
 # Checkpoints written by older transformers versions carry RoPE tables that we recompute.
 _RECOMPUTED_SUFFIX = ".rotary_emb.inv_freq"
@@ -23,11 +25,14 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     attention_backend: AttentionBackend | None = None,
+    keep_quantized: bool = True,
 ) -> tuple[CausalLM, ModelConfig]:
     """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad, projections fused)
     and its config.
 
-    Without `attention_backend`, the torch reference backend tuned for `device` runs attention.
+    Without `attention_backend`, the torch reference backend tuned for `device` runs attention. On the CPU,
+    with `keep_quantized`, the matrices a GGUF import stored quantized (`QUANTIZED_WEIGHTS_FILE`) are read in
+    that form and run by the int4 kernels; everything else is read from the float checkpoint in `dtype`.
     Raises ModelLoadError for missing, truncated or corrupt files and missing or mis-shaped tensors,
     UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES, and NotImplementedError
     for features of a supported architecture that the decoder lacks (e.g. sliding windows, yarn RoPE).
@@ -42,9 +47,18 @@ def load_model(
         # A tied checkpoint may still store lm_head.weight; the tie wins, as in transformers.
         return name.endswith(_RECOMPUTED_SUFFIX) or (config.tie_word_embeddings and name == "lm_head.weight")
 
-    def read_weights(expected_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-        return read_checkpoint_tensors(
-            model_dir, expected_shapes=expected_shapes, is_ignored=is_ignored, dtype=dtype, device=device
+    quantized_file = model_dir / QUANTIZED_WEIGHTS_FILE
+    read_quantized = keep_quantized and torch.device(device).type == "cpu" and quantized_file.is_file()
+
+    def read_weights(expected_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor | QuantizedWeight]:
+        quantized = read_quantized_tensors(quantized_file, expected_shapes) if read_quantized else {}
+        dense = read_checkpoint_tensors(
+            model_dir,
+            expected_shapes={name: shape for name, shape in expected_shapes.items() if name not in quantized},
+            is_ignored=lambda name: is_ignored(name) or name in quantized,
+            dtype=dtype,
+            device=device,
         )
+        return {**dense, **quantized}
 
     return CausalLM.from_weights(config, read_weights, attention_backend=backend, device=device), config

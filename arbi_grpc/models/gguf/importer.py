@@ -1,6 +1,7 @@
 """Import of a GGUF file into the HF-style model directory the engine loads, written atomically.
 
-The output holds config.json, model.safetensors (float32), tokenizer.json, tokenizer_config.json,
+The output holds config.json, model.safetensors (float32), quantized/model.safetensors (the Q4_0/Q4_1/Q8_0
+matrices in their block quantization, when there are any: `models/quantized_weights.py`), tokenizer.json, tokenizer_config.json,
 generation_config.json, arbi_import.json (where it came from) and, when the GGUF has named chat templates,
 additional_chat_templates/<name>.jinja. Everything is validated before writing; files go to a temporary
 directory beside `out_dir` that is renamed into place only when complete.
@@ -17,10 +18,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+from safetensors.torch import save
+
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError
 from arbi_grpc.models.gguf.config import architecture_of, hf_config, read_dimensions
 from arbi_grpc.models.gguf.file import GgufMetadata, open_gguf
 from arbi_grpc.models.gguf.safetensors_writer import TensorEntry, write_safetensors
+from arbi_grpc.models.gguf.quantized_tensors import keeps_quantized, read_quantized
 from arbi_grpc.models.gguf.tensors import OUTPUT_TENSOR, TensorPlan, embedding_rows, plan_tensors, read_tensor
 from arbi_grpc.models.gguf.tokenizer import (
     build_tokenizer,
@@ -34,7 +39,10 @@ PROVENANCE_FILE = "arbi_import.json"
 # Hugging Face's place for named chat templates beside the default one (`<name>.jinja` files).
 ADDITIONAL_TEMPLATES_DIR = "additional_chat_templates"
 WEIGHTS_FILE = "model.safetensors"
-_PROVENANCE_FORMAT = 1
+# Outside the top directory's `*.safetensors` so HF loaders and the float path see the float32 checkpoint only.
+QUANTIZED_WEIGHTS_FILE = "quantized/model.safetensors"
+# 2: the quantized weights file. A cache entry of another format is rebuilt.
+_PROVENANCE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,15 @@ class ImportProvenance:
 
     def to_json(self) -> dict[str, Any]:
         return {"format": _PROVENANCE_FORMAT, **asdict(self)}
+
+    @staticmethod
+    def is_outdated(directory: Path) -> bool:
+        """Whether `directory` holds provenance of another format (an import by an older version)."""
+        try:
+            raw = json.loads((directory / PROVENANCE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(raw, dict) and raw.get("format") != _PROVENANCE_FORMAT
 
     @classmethod
     def read(cls, directory: Path) -> ImportProvenance | None:
@@ -120,6 +137,7 @@ def import_gguf(gguf_path: Path, out_dir: Path) -> None:
             for name, template in extra_templates.items():
                 (template_dir / f"{_file_safe(name)}.jinja").write_text(template, "utf-8")
         _write_weights(gguf_path, staging / WEIGHTS_FILE, plans)
+        _write_quantized_weights(gguf_path, staging / QUANTIZED_WEIGHTS_FILE, plans)
 
     _write_atomically(out_dir, write_into)
 
@@ -139,6 +157,19 @@ def _write_weights(gguf_path: Path, target: Path, plans: list[TensorPlan]) -> No
     entries = [TensorEntry(plan.hf_name, plan.hf_shape) for plan in plans]
     arrays = (read_tensor(gguf_path, plan) for plan in plans)
     write_safetensors(target, entries, arrays, metadata={"format": "pt"})
+
+
+def _write_quantized_weights(gguf_path: Path, target: Path, plans: list[TensorPlan]) -> None:
+    stored: dict[str, torch.Tensor] = {}
+    for plan in plans:
+        if keeps_quantized(plan):
+            stored.update(read_quantized(gguf_path, plan).stored_tensors(plan.hf_name))
+    if stored:
+        target.parent.mkdir()
+        with target.open("wb") as handle:
+            handle.write(save(stored, metadata={"format": "pt"}))
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
 def _write_atomically(out_dir: Path, write_into: Callable[[Path], None]) -> None:

@@ -1,0 +1,86 @@
+"""The CPU kernels of block-quantized weights: linear layers through torch's weight-only int4 matmul
+(`_weight_int4pack_mm_for_cpu`) and embedding lookups that dequantize only the rows they read.
+
+torch's kernel computes w = (q - 8) * scale + zero per group of 32 inputs, with bfloat16 activations, scales
+and outputs and float32 accumulation (its float32 and float16 paths are unvectorised, ~30x slower, measured
+with benchmarks/cpu_vs_llama_cpp.py's kernel table). The stored forms map onto it exactly in the integers:
+- q4 (w = s * q + m): scale s, zero m + 8 s.
+- q8 (w = s * q, q in -128..127): u = q + 128 = 16 h + l with h, l in 0..15, so
+  w = 16 s (h - 8) + [s (l - 8) + 8 s]: two int4 groups per stored group, the input repeated twice along K.
+The only rounding is bfloat16's (activations, scales): a relative error of ~2^-8 per product, which
+tests/unit/test_cpu_quantized_ops.py bounds.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from arbi_grpc.models.quantized_weights import GROUP_SIZE, QuantizedWeight
+
+_KERNEL_DTYPE = torch.bfloat16
+_INNER_K_TILES = 2
+# The packing kernel wants N a multiple of this and K a multiple of `_INNER_K_TILES * 16`.
+_ROW_MULTIPLE = 16
+
+
+class PackedInt4Linear(nn.Module):
+    """y = x @ w.T (+ bias) for a quantized w [N, K]; x [T, K] of any float dtype, y in x's dtype."""
+
+    @staticmethod
+    def packs(shape: tuple[int, int]) -> bool:
+        """Whether the kernel's packing takes a [N, K] weight."""
+        rows, columns = shape
+        return rows % _ROW_MULTIPLE == 0 and columns % (_INNER_K_TILES * 16) == 0
+
+    def __init__(self, weight: QuantizedWeight, bias: Tensor | None) -> None:
+        super().__init__()
+        rows, columns = weight.shape
+        if not self.packs(weight.shape):
+            raise NotImplementedError(
+                f"the CPU int4 kernel needs N % {_ROW_MULTIPLE} == 0 and K % {_INNER_K_TILES * 16} == 0, "
+                f"got a [{rows}, {columns}] weight"
+            )
+        scale, minimum = weight.scale, weight.minimum  # [N, G]
+        if weight.kind == "q4":
+            codes = weight.integer_codes()
+            scales, zeros = scale, minimum + 8 * scale
+        else:
+            unsigned = weight.integer_codes() + 128  # [N, K] in 0..255
+            high, low = unsigned >> 4, unsigned & 0x0F
+            codes = torch.cat((high, low), dim=1)  # [N, 2K]: the input is repeated along K to match
+            scales = torch.cat((16 * scale, scale), dim=1)
+            zeros = torch.cat((torch.zeros_like(scale), 8 * scale), dim=1)
+        self.repeats = 2 if weight.kind == "q8" else 1
+        self.out_features = rows
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, _INNER_K_TILES))
+        # The kernel's layout: [groups, N, (scale, zero)].
+        scales_and_zeros = torch.stack((scales.t(), zeros.t()), dim=-1).to(_KERNEL_DTYPE).contiguous()
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
+        self.register_buffer("bias", bias)
+
+    def forward(self, states: Tensor) -> Tensor:
+        inputs = states.to(_KERNEL_DTYPE)
+        if self.repeats == 2:
+            inputs = torch.cat((inputs, inputs), dim=-1)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(inputs, self.packed, GROUP_SIZE, self.scales_and_zeros)
+        out = out.to(states.dtype)
+        return out if self.bias is None else out.add_(self.bias)
+
+
+class QuantizedEmbedding(nn.Module):
+    """Token embedding from a quantized table [V, H]: only the looked-up rows are dequantized (float32)."""
+
+    def __init__(self, table: QuantizedWeight) -> None:
+        super().__init__()
+        self.kind = table.kind
+        self.register_buffer("codes", table.codes)
+        self.register_buffer("scale", table.scale)
+        self.register_buffer("minimum", table.minimum)
+
+    @property
+    def table(self) -> QuantizedWeight:
+        return QuantizedWeight(self.kind, self.codes, self.scale, self.minimum)
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        return self.table.rows(token_ids)
