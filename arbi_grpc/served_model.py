@@ -22,10 +22,10 @@ from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent
-from arbi_grpc.memory.estimate import estimate_budget
+from arbi_grpc.memory.estimate import estimate_budget, parameter_count
 from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
 from arbi_grpc.memory.limits import memory_limit
-from arbi_grpc.memory.measure import measure_budget, reserved_growth
+from arbi_grpc.memory.measure import measure_budget, reserved_growth, tensor_bytes
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
@@ -101,8 +101,8 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
         inputs=InputProcessor(tokenizer, model_config.vocab_size, max_model_len),
         max_model_len=max_model_len,
         config=config,
-        parameter_count=sum(p.numel() for p in model.parameters()),
-        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        parameter_count=parameter_count(model_config),  # the quantized weights are no parameters
+        weight_bytes=tensor_bytes([*model.parameters(), *model.buffers()]),  # quantized weights are buffers
         kv_block_bytes=bytes_per_block,
         memory_budget=budget,
         metrics=metrics,

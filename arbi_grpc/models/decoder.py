@@ -251,10 +251,12 @@ class CausalLM(nn.Module):
             self.logits_projection = fused_linear(self.ops, self.lm_head)
         else:
             embedding = self.model.embed_tokens
-            self.logits_projection = (
-                PackedInt4Linear(embedding.table, None) if isinstance(embedding, QuantizedEmbedding)
-                else DenseLinear(self.ops, embedding.weight, None)
-            )
+            if not isinstance(embedding, QuantizedEmbedding):
+                self.logits_projection = DenseLinear(self.ops, embedding.weight, None)
+            elif PackedInt4Linear.packs(embedding.table.shape):
+                self.logits_projection = PackedInt4Linear(embedding.table, None)
+            else:  # a vocabulary the kernel cannot pack: the lookup stays quantized, the projection is float
+                self.logits_projection = DenseLinear(self.ops, embedding.table.dequantize(), None)
         self.projections_fused = True
         if self.model.norm.weight.is_cuda:
             # The merged parts go back to the driver now: left cached, the next allocations (the KV pool)
