@@ -20,7 +20,8 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str
     mapping alive)."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
-    mapping = mmap.mmap(-1, math.prod(shape) * torch.empty((), dtype=dtype).element_size())
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # private: reads map the zero page
     return torch.frombuffer(mapping, dtype=dtype).view(shape)
 
 
