@@ -130,9 +130,10 @@ def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, log_p
     return process, port
 
 
-def start_arbi_server(model: str, log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_arbi_server(model: str, torch_threads: int, log_path: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     command = [sys.executable, "-m", "arbi_grpc", "serve", "--port", str(port)] + (["--model", model] if model else [])
+    command += ["--torch-threads", str(torch_threads)] if torch_threads else []
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
     target = f"127.0.0.1:{port}"
@@ -215,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-server", default="", help="path of llama-server (default: $LLAMA_SERVER, cache)")
     parser.add_argument("--build", action="store_true", help="build llama-server into the cache when not found")
     parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
+    parser.add_argument("--torch-threads", type=int, default=0, help="arbi-serve's threads (0: its default)")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args(argv)
@@ -223,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     model_name = gguf.stem if args.gguf else DEFAULT_MODEL
     results = []
     with tempfile.TemporaryDirectory(prefix="arbi-bench-llama-") as scratch:
-        server, upstream = start_arbi_server(str(gguf) if args.gguf else "", Path(scratch, "arbi.log"))
+        server, upstream = start_arbi_server(str(gguf) if args.gguf else "", args.torch_threads,
+                                             Path(scratch, "arbi.log"))
         try:
             with GatewayProcess.spawn(["--upstream", upstream, "--http-port", "0", "--log-level", "warning"],
                                       Path(scratch, "gateway.log")) as gateway:
