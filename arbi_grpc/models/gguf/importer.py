@@ -18,14 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-from safetensors.torch import save
-
 from arbi_grpc.errors import InvalidArgumentError, ModelLoadError
 from arbi_grpc.models.gguf.config import architecture_of, hf_config, read_dimensions
 from arbi_grpc.models.gguf.file import GgufMetadata, open_gguf
 from arbi_grpc.models.gguf.safetensors_writer import TensorEntry, write_safetensors
-from arbi_grpc.models.gguf.quantized_tensors import keeps_quantized, read_quantized
 from arbi_grpc.models.gguf.tensors import OUTPUT_TENSOR, TensorPlan, embedding_rows, plan_tensors, read_tensor
 from arbi_grpc.models.gguf.tokenizer import (
     build_tokenizer,
@@ -160,7 +156,12 @@ def _write_weights(gguf_path: Path, target: Path, plans: list[TensorPlan]) -> No
 
 
 def _write_quantized_weights(gguf_path: Path, target: Path, plans: list[TensorPlan]) -> None:
-    stored: dict[str, torch.Tensor] = {}
+    # Imported here: they import torch, which `plan` (and the rest of a model-cache lookup) never loads.
+    from safetensors.torch import save
+
+    from arbi_grpc.models.gguf.quantized_tensors import keeps_quantized, read_quantized
+
+    stored = {}
     for plan in plans:
         if keeps_quantized(plan):
             stored.update(read_quantized(gguf_path, plan).stored_tensors(plan.hf_name))
