@@ -28,6 +28,7 @@ from arbi_grpc.memory.limits import memory_limit
 from arbi_grpc.memory.measure import measure_budget, reserved_growth, tensor_bytes
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.quantized_layout import with_stored_quantization
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import resolve_model
@@ -68,7 +69,8 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
         torch.set_num_threads(config.torch_threads)
     limit = memory_limit(config)  # read before this process allocates anything
     resolved = resolve_model(config.model)
-    declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
+    declared = with_stored_quantization(  # config.json and the quantized file's header, no weights
+        ModelConfig.from_hf_config(read_hf_config(resolved.directory)), resolved.directory)
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
     kv_pool = plan_default_kv_pool(config, declared, limit, tkv_calibration, host_components)
     estimate_budget(config, declared, kv_pool, limit, host_components).check_fits()

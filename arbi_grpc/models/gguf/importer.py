@@ -30,13 +30,12 @@ from arbi_grpc.models.gguf.tokenizer import (
     read_vocabulary,
     tokenizer_config,
 )
+from arbi_grpc.models.quantized_layout import QUANTIZED_WEIGHTS_FILE
 
 PROVENANCE_FILE = "arbi_import.json"
 # Hugging Face's place for named chat templates beside the default one (`<name>.jinja` files).
 ADDITIONAL_TEMPLATES_DIR = "additional_chat_templates"
 WEIGHTS_FILE = "model.safetensors"
-# Outside the top directory's `*.safetensors` so HF loaders and the float path see the float32 checkpoint only.
-QUANTIZED_WEIGHTS_FILE = "quantized/model.safetensors"
 # 2: the quantized weights file. A cache entry of another format is rebuilt.
 _PROVENANCE_FORMAT = 2
 

@@ -18,9 +18,10 @@ from gguf import GGMLQuantizationType
 
 from arbi_grpc.errors import ModelLoadError
 from arbi_grpc.models.gguf.tensors import TensorPlan, undo_rope_row_interleave
+from arbi_grpc.models.quantized_layout import GGUF_KINDS
 from arbi_grpc.models.quantized_weights import GROUP_SIZE, QuantizedWeight
 
-KEPT_QUANTIZED = (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0)
+KEPT_QUANTIZED = tuple(GGMLQuantizationType[name] for name in GGUF_KINDS)
 _BLOCK_BYTES = {GGMLQuantizationType.Q4_0: 18, GGMLQuantizationType.Q4_1: 20, GGMLQuantizationType.Q8_0: 34}
 
 
