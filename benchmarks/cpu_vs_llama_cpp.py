@@ -206,7 +206,8 @@ def print_table(results: list[dict[str, Any]], concurrency: list[int]) -> None:
     arbi, llama = results[0], results[1]
     ratios = [f"{arbi[f'c{c}']['tok_s'] / llama[f'c{c}']['tok_s']:.2f}x" for c in concurrency]
     ttft = arbi[f"c{concurrency[0]}"]["ttft_p50_ms"] / llama[f"c{concurrency[0]}"]["ttft_p50_ms"]
-    print("| arbi / llama | " + " | ".join(ratios) + f" | {ttft:.2f}x | {arbi['rss_mib'][0] / llama['rss_mib'][0]:.2f}x |")
+    rss = arbi["rss_mib"][0] / llama["rss_mib"][0]
+    print("| arbi / llama | " + " | ".join(ratios) + f" | {ttft:.2f}x | {rss:.2f}x |")
 
 
 def main(argv: list[str] | None = None) -> int:

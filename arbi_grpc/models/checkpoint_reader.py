@@ -1,5 +1,6 @@
 """Reading an HF-style model directory: `config.json` and safetensors weights (one file, or shards listed in
-`model.safetensors.index.json`), and a GGUF import's block-quantized weights. Every file problem becomes a ModelLoadError naming the file and tensor.
+`model.safetensors.index.json`), and a GGUF import's block-quantized weights. Every file problem becomes a
+ModelLoadError naming the file and tensor.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear, QuantizedEmbedd
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
 from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
 
-# Reads the model's tensors (float, or block-quantized on the CPU) given their names and shapes: `CausalLM.from_weights`.
+# Reads the model's tensors (float, or block-quantized on the CPU) given their names and shapes:
+# `CausalLM.from_weights`.
 WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, "Tensor | QuantizedWeight"]]
 
 
@@ -209,7 +210,8 @@ class CausalLM(nn.Module):
         dense = {name: tensor for name, tensor in tensors.items() if name not in quantized}
         missing, unexpected = model.load_state_dict(dense, strict=False, assign=True)
         if unexpected or set(missing) != set(quantized):
-            raise RuntimeError(f"CausalLM.from_weights: unexpected {unexpected}, missing {sorted(set(missing) - set(quantized))}")
+            absent = sorted(set(missing) - set(quantized))
+            raise RuntimeError(f"CausalLM.from_weights: unexpected {unexpected}, missing {absent}")
         del tensors, dense  # the model holds them now; the fusion below frees the parts it merges
         model.place_quantized(quantized)
         model.requires_grad_(False)

@@ -1,5 +1,6 @@
 """The local model cache: turns a model spec (known name, HF-style directory, or .gguf file) into a directory
-the engine can load, importing each GGUF once and reusing the import until the file changes (or the import's format does).
+the engine can load, importing each GGUF once and reusing the import until the file changes (or the import's
+format does).
 
 Layout: `<root>/<name>/<source key>/` holds one complete import (renamed into place atomically, so concurrent
 importers never see or leave a partial one); the key hashes the GGUF's path, size and mtime, so resolving a

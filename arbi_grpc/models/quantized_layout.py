@@ -85,7 +85,8 @@ def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) ->
     if kind is None:
         total += vocab * hidden * element
     else:  # the stored codes (a byte or half a byte each) and float32 scales (and, for q4, minimums) per 32
-        total += vocab * hidden // (1 if kind == "q8" else 2) + vocab * (hidden // GROUP) * 4 * (1 if kind == "q8" else 2)
+        per_group = 1 if kind == "q8" else 2
+        total += vocab * hidden // (2 if kind == "q4" else 1) + vocab * (hidden // GROUP) * 4 * per_group
     if model.tie_word_embeddings and kind is not None:
         total += _packed(kind, vocab, hidden) or vocab * hidden * 4
     elif not model.tie_word_embeddings:

@@ -1,9 +1,9 @@
 """Import of a GGUF file into the HF-style model directory the engine loads, written atomically.
 
 The output holds config.json, model.safetensors (float32), quantized/model.safetensors (the Q4_0/Q4_1/Q8_0
-matrices in their block quantization, when there are any: `models/quantized_weights.py`), tokenizer.json, tokenizer_config.json,
-generation_config.json, arbi_import.json (where it came from) and, when the GGUF has named chat templates,
-additional_chat_templates/<name>.jinja. Everything is validated before writing; files go to a temporary
+matrices in their block quantization, when there are any: `models/quantized_weights.py`), tokenizer.json,
+tokenizer_config.json, generation_config.json, arbi_import.json (where it came from) and, when the GGUF has
+named chat templates, additional_chat_templates/<name>.jinja. Everything is validated before writing; files go to a temporary
 directory beside `out_dir` that is renamed into place only when complete.
 """
 

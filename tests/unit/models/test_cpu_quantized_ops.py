@@ -74,7 +74,8 @@ def test_gguf_blocks_dequantize_exactly_to_gguf_values(name: str, rng) -> None:
     values = np.random.default_rng(rng.randrange(2**32)).standard_normal((64, 96)).astype(np.float32)
     blocks = quantize(values, tensor_type)
     source = SimpleNamespace(name="blk.0.ffn_up.weight", tensor_type=tensor_type, data=blocks)
-    plan = TensorPlan(source=source, hf_name="model.layers.0.mlp.up_proj.weight", hf_shape=(64, 96), permuted_heads=None)
+    plan = TensorPlan(source=source, hf_name="model.layers.0.mlp.up_proj.weight", hf_shape=(64, 96),
+                      permuted_heads=None)
 
     weight = read_quantized(Path("random.gguf"), plan)
 
