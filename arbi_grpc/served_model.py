@@ -77,7 +77,8 @@ def build_served_model(config: EngineConfig, host_components: tuple[MemoryCompon
     dtype = TORCH_DTYPES[config.dtype]
     device = torch.device(config.device)
     backend = select_attention_backend(config)
-    model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend)
+    model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend,
+                                     keep_quantized=config.cpu_weights == "int4")
     tokenizer = TextTokenizer.from_model_dir(resolved.directory)
     num_blocks, bytes_per_block, max_model_len = kv_pool.num_blocks, kv_pool.bytes_per_block, kv_pool.max_model_len
     kv_cache = build_kv_cache(config, model_config, num_blocks, tkv_calibration)

@@ -2,7 +2,8 @@
 SmolLM2-135M-Instruct.Q4_1.gguf), measured in one run on one machine.
 
 Both get the same 20 short chat prompts, `--tokens` greedy tokens each (ignore_eos), streamed over their
-OpenAI route /v1/chat/completions (arbi-serve through its gateway, with defaults), at each `--concurrency`;
+OpenAI route /v1/chat/completions (arbi-serve through its gateway, defaults but `--cpu-weights int4`), at each
+`--concurrency`;
 reported: output tok/s, TTFT p50, the servers' resident memory (RSS, the gateway's apart) and the ratios
 arbi-serve / llama-server. Prints a table and writes JSON to --out:
 
@@ -132,7 +133,8 @@ def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, log_p
 
 def start_arbi_server(model: str, torch_threads: int, log_path: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    command = [sys.executable, "-m", "arbi_grpc", "serve", "--port", str(port)] + (["--model", model] if model else [])
+    command = [sys.executable, "-m", "arbi_grpc", "serve", "--port", str(port), "--cpu-weights", "int4"]
+    command += ["--model", model] if model else []
     command += ["--torch-threads", str(torch_threads)] if torch_threads else []
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)

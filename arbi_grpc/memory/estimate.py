@@ -113,7 +113,7 @@ def estimate_budget(
     count = parameter_count(model)
     element = ELEMENT_BYTES[config.dtype]
     weight_bytes, weight_detail = count * element, f"{count:,} parameters x {element} bytes ({config.dtype})"
-    if config.device == "cpu" and model.quantized_matrices:  # the CPU keeps them quantized (`quantized_layout`)
+    if config.device == "cpu" and config.cpu_weights == "int4" and model.quantized_matrices:  # `quantized_layout`
         weight_bytes = cpu_weight_bytes(model, dict(model.quantized_matrices), element)
         weight_detail = (f"{count:,} parameters, {len(model.quantized_matrices)} matrices block-quantized, the rest "
                          f"{element} bytes ({config.dtype})")

@@ -1,5 +1,5 @@
-"""The CPU kernels of block-quantized weights: linear layers through torch's weight-only int4 matmul
-(`_weight_int4pack_mm_for_cpu`) and embedding lookups that dequantize only the rows they read.
+"""The CPU kernel of block-quantized weights: linear layers through torch's weight-only int4 matmul
+(`_weight_int4pack_mm_for_cpu`).
 
 torch's kernel computes w = (q - 8) * scale + zero per group of 32 inputs, with bfloat16 activations, scales
 and outputs and float32 accumulation (its float32 and float16 paths are unvectorised, ~30x slower, measured
@@ -97,21 +97,3 @@ def _layout_matches() -> bool:
     blocks = probe.view(2, 2, _LAYOUT_ROWS // 2, 128)
     built = (blocks[:, 0] | (blocks[:, 1] << 4)).transpose(1, 2).reshape(2 * _LAYOUT_ROWS, 64)
     return torch.equal(expected, built)
-
-
-class QuantizedEmbedding(nn.Module):
-    """Token embedding from a quantized table [V, H]: only the looked-up rows are dequantized (float32)."""
-
-    def __init__(self, table: QuantizedWeight) -> None:
-        super().__init__()
-        self.kind = table.kind
-        self.register_buffer("codes", table.codes)
-        self.register_buffer("scale", table.scale)
-        self.register_buffer("minimum", table.minimum)
-
-    @property
-    def table(self) -> QuantizedWeight:
-        return QuantizedWeight(self.kind, self.codes, self.scale, self.minimum)
-
-    def forward(self, token_ids: Tensor) -> Tensor:
-        return self.table.rows(token_ids)

@@ -20,7 +20,7 @@ from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
-from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear, QuantizedEmbedding
+from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
 from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
 
@@ -230,13 +230,15 @@ class CausalLM(nn.Module):
         return self.model.norm.add_and_norm(states, residual)[0]
 
     def place_quantized(self, weights: dict[str, QuantizedWeight]) -> None:
-        """Put block-quantized weights (CPU only) where their checkpoint names say: the embedding table becomes
-        a `QuantizedEmbedding`, a projection keeps its weight aside for `fused_linear` to pack."""
+        """Put block-quantized weights (CPU only) where their checkpoint names say: a projection keeps its weight
+        aside for `fused_linear` to pack. The embedding table and the output projection are dequantized: the
+        logits stay float32, since the int4 kernel's bfloat16 outputs (steps of 0.125 at a logit of 20) would
+        tie near-equal candidates and flip greedy choices."""
         for name, weight in weights.items():
             module_name, _, parameter = name.rpartition(".")
             module = self.get_submodule(module_name)
-            if isinstance(module, nn.Embedding) and parameter == "weight":
-                self.model.embed_tokens = QuantizedEmbedding(weight)
+            if module_name in ("model.embed_tokens", "lm_head") and parameter == "weight":
+                module.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
             elif isinstance(module, nn.Linear) and parameter == "weight":
                 module.register_parameter("weight", None)
                 module.quantized_weight = weight
@@ -249,16 +251,8 @@ class CausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
-        if self.lm_head is not None:
-            self.logits_projection = fused_linear(self.ops, self.lm_head)
-        else:
-            embedding = self.model.embed_tokens
-            if not isinstance(embedding, QuantizedEmbedding):
-                self.logits_projection = DenseLinear(self.ops, embedding.weight, None)
-            elif PackedInt4Linear.packs(embedding.table.shape):
-                self.logits_projection = PackedInt4Linear(embedding.table, None)
-            else:  # a vocabulary the kernel cannot pack: the lookup stays quantized, the projection is float
-                self.logits_projection = DenseLinear(self.ops, embedding.table.dequantize(), None)
+        output = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        self.logits_projection = DenseLinear(self.ops, output.weight, None)
         self.projections_fused = True
         if self.model.norm.weight.is_cuda:
             # The merged parts go back to the driver now: left cached, the next allocations (the KV pool)

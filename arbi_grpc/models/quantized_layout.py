@@ -3,8 +3,8 @@
 
 The byte count follows `CausalLM.fuse_projections`: a fused group (q/k/v, gate/up) whose members share one kind
 and a shape the int4 kernel packs is held packed (`cpu_quantized_ops.PackedInt4Linear`: half a byte per weight,
-twice for q8, plus a bfloat16 scale and zero per 32); any other group is float. A quantized embedding keeps its
-stored codes and float32 scales for the lookup, and a tied one is packed once more for the logits.
+twice for q8, plus a bfloat16 scale and zero per 32); any other group is float, and so are the embedding table
+and the output projection (dequantized to float32 when stored quantized).
 """
 
 from __future__ import annotations
@@ -80,15 +80,9 @@ def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) ->
         total += 2 * hidden * element + (query + 2 * kv if model.attention_bias else 0) * element
         total += (hidden if model.output_projection_bias else 0) * element
         total += (2 * model.head_dim if model.qk_norm else 0) * element
-    embedding, vocab = "model.embed_tokens.weight", model.vocab_size
-    kind = kinds.get(embedding)
-    if kind is None:
-        total += vocab * hidden * element
-    else:  # the stored codes (a byte or half a byte each) and float32 scales (and, for q4, minimums) per 32
-        per_group = 1 if kind == "q8" else 2
-        total += vocab * hidden // (2 if kind == "q4" else 1) + vocab * (hidden // GROUP) * 4 * per_group
-    if model.tie_word_embeddings and kind is not None:
-        total += _packed(kind, vocab, hidden) or vocab * hidden * 4
-    elif not model.tie_word_embeddings:
-        total += group(["lm_head.weight"], [vocab], hidden)
+    # The embedding table and the output projection are held dequantized (`CausalLM.place_quantized`).
+    embedding = model.vocab_size * hidden
+    total += embedding * (4 if "model.embed_tokens.weight" in kinds else element)
+    if not model.tie_word_embeddings:
+        total += embedding * (4 if "lm_head.weight" in kinds else element)
     return total

@@ -52,16 +52,6 @@ class QuantizedWeight:
         """float32 [N, K]."""
         return self._dequantize(self.integer_codes(), self.scale, self.minimum)
 
-    def rows(self, indices: Tensor) -> Tensor:
-        """float32 [T, K]: the dequantized rows `indices` [T] (an embedding lookup)."""
-        codes = self.codes[indices]
-        if self.kind == "q8":
-            integers = codes.to(torch.int32)
-        else:
-            integers = torch.stack((codes & 0x0F, codes >> 4), dim=-1).reshape(codes.shape[0], -1).to(torch.int32)
-        minimum = None if self.minimum is None else self.minimum[indices]
-        return self._dequantize(integers, self.scale[indices], minimum)
-
     @staticmethod
     def _dequantize(integers: Tensor, scale: Tensor, minimum: Tensor | None) -> Tensor:
         rows, groups = scale.shape

@@ -71,14 +71,7 @@ def test_server_info_liveness_readiness_models_memory(admin: ArbiClient, served_
     # 30 layers x (K and V) x 3 KV heads x 64 dims x 16 tokens x 4 bytes
     assert memory.kv_block_bytes == 30 * 2 * 3 * 64 * 16 * 4
     assert memory.kv_cache_bytes == memory.kv_block_count * memory.kv_block_bytes
-    # The GGUF's matrices as the CPU int4 kernel holds them: half a byte per weight plus a bfloat16 scale and zero
-    # per 32; the Q8_0 embedding as int8 codes + float32 scales for the lookup and as two int4 halves for the logits.
-    def int4(rows: int, columns: int) -> int:
-        return rows * columns // 2 + rows * (columns // 32) * 2 * 2
-
-    layer = int4(960, 576) + int4(576, 576) + int4(2 * 1536, 576) + int4(576, 1536) + 2 * 576 * 4
-    embedding = 49152 * 576 + 49152 * 18 * 4 + int4(49152, 2 * 576)
-    assert memory.weight_bytes == 30 * layer + embedding + 576 * 4
+    assert memory.weight_bytes == 134_515_008 * 4
 
 
 def test_list_and_cancel_a_running_request(admin: ArbiClient, stub) -> None:

@@ -12,7 +12,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear, QuantizedEmbedding, pack_int4
+from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear, pack_int4
 from arbi_grpc.models.gguf.quantized_tensors import read_quantized
 from arbi_grpc.models.gguf.tensors import TensorPlan
 from arbi_grpc.models.quantized_weights import QuantizedWeight
@@ -47,13 +47,6 @@ def test_linear_matches_the_dequantized_weight(kind: str, num_tokens: int, torch
     bound = _BFLOAT16_BOUND * (states.abs() @ dense.abs().T + bias.abs())
     assert actual.dtype == torch.float32 and actual.shape == (num_tokens, 128)
     assert bool(((actual - expected).abs() <= bound).all()), (actual - expected).abs().max()
-
-
-def test_embedding_rows_are_the_dequantized_rows_exactly(torch_generator) -> None:
-    for kind in ("q4", "q8"):
-        table = random_quantized(kind, 50, 64, torch_generator)
-        ids = torch.randint(0, 50, (9,), generator=torch_generator)
-        torch.testing.assert_close(QuantizedEmbedding(table)(ids), table.dequantize()[ids], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("rows", [64, 192, 48])
