@@ -130,6 +130,11 @@ class _EngineFields(SchedulingLimits):
            "one GPU per rank); the server spawns ranks 1..N-1 itself. Heads, KV heads, intermediate size and "
            "vocabulary must divide by it"
     )
+    cpu_weights: str = setting(
+        "float", "on the CPU, a GGUF import's Q4_0/Q4_1/Q8_0 matrices: float (dequantized to float32) or int4 (kept "
+                 "quantized, run by torch's int4 kernel with bfloat16 activations: ~3x faster decode, 1/4 of the "
+                 "weight memory, logits within ~0.2 nats, greedy choices may flip at near-ties and with batching)"
+    )
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
            "(0 = what the machine offers at boot)"
@@ -162,6 +167,12 @@ class EngineConfig(_EngineFields):
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
         check_tensor_parallel(self)
+        if self.cpu_weights not in ("float", "int4"):
+            raise InvalidArgumentError("cpu_weights", f"must be 'float' or 'int4', got {self.cpu_weights!r}")
+        if self.cpu_weights == "int4" and self.tensor_parallel_size > 1:
+            raise NotImplementedError(
+                "cpu_weights=int4 with tensor_parallel_size > 1: the quantized blocks are not split across "
+                "ranks yet; serve with --cpu-weights float or one rank")
         if self.memory_limit_mib < 0:
             raise InvalidArgumentError("memory_limit_mib", f"must be >= 0, got {self.memory_limit_mib}")
         if self.attention_backend in ("triton", "flashinfer") and self.device != "cuda":

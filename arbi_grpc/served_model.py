@@ -29,10 +29,10 @@ from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent, MemoryLimit
-from arbi_grpc.memory.estimate import estimate_budget
+from arbi_grpc.memory.estimate import estimate_budget, parameter_count
 from arbi_grpc.memory.kv_pool_default import plan_default_kv_pool
 from arbi_grpc.memory.limits import memory_limit
-from arbi_grpc.memory.measure import measure_budget, reserved_growth
+from arbi_grpc.memory.measure import measure_budget, reserved_growth, tensor_bytes
 from arbi_grpc.memory.residents import pending_model_component, with_residents
 from arbi_grpc.model_specs import parse_model_spec
 from arbi_grpc.models.checkpoint_reader import read_hf_config
@@ -40,6 +40,7 @@ from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import default_cache_root, resolve_model
+from arbi_grpc.models.quantized_layout import with_stored_quantization
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
 from arbi_grpc.observability.engine_observer import EngineObserver
 from arbi_grpc.observability.metrics import ModelMetrics
@@ -103,7 +104,8 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
     resolved = resolve_model(requested.spec)
     name = requested.name or resolved.name
     host_components = placement.host_components
-    declared = ModelConfig.from_hf_config(read_hf_config(resolved.directory))  # config.json, no weights
+    declared = with_stored_quantization(  # config.json and the quantized file's header, no weights
+        ModelConfig.from_hf_config(read_hf_config(resolved.directory)), resolved.directory)
     rank_declared = per_rank_model_config(declared, world_size)  # refuses shapes that do not split
     set_rank_threads(config, world_size)
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
@@ -120,7 +122,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
                                                                                  num_blocks, max_model_len)
     try:
         model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend,
-                                         tensor_parallel=group)
+                                         tensor_parallel=group, keep_quantized=config.cpu_weights == "int4")
         tokenizer = TextTokenizer.from_model_dir(resolved.directory)
         kv_cache = build_kv_cache(config, per_rank_model_config(model_config, world_size), num_blocks,
                                   tkv_calibration)
@@ -156,8 +158,8 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         inputs=InputProcessor(tokenizer, model_config.vocab_size, max_model_len, grammars),
         max_model_len=max_model_len,
         config=config,
-        parameter_count=sum(p.numel() for p in model.parameters()),
-        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        parameter_count=parameter_count(model_config),  # the quantized weights are no parameters
+        weight_bytes=tensor_bytes([*model.parameters(), *model.buffers()]),  # quantized weights are buffers
         kv_block_bytes=bytes_per_block,
         memory_budget=budget,
         metrics=metrics,

@@ -6,17 +6,31 @@ Block allocation (which sequence owns which block) belongs to the engine; this m
 
 from __future__ import annotations
 
+import math
+import mmap
+
 import torch
 from torch import Tensor
 
 from arbi_grpc.models.config import ModelConfig
 
 
+def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> Tensor:
+    """torch.zeros; on the CPU backed by an anonymous mapping (zero pages until written; the tensor keeps the
+    mapping alive)."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # private: reads map the zero page
+    return torch.frombuffer(mapping, dtype=dtype).view(shape)
+
+
 class PagedKVCache:
     """K and V blocks of every layer, each `[num_blocks, block_size, num_kv_heads, head_dim]`.
 
     Memory starts zeroed: backends may read stale or padding slots under a mask, and those must hold finite
-    values (0 * NaN would leak NaN through the attention-weighted sum).
+    values (0 * NaN would leak NaN through the attention-weighted sum). On the CPU the zeros are an anonymous
+    mapping's, filled by the OS on first touch, so a block becomes resident memory only once written.
     """
 
     def __init__(
@@ -46,8 +60,8 @@ class PagedKVCache:
         self.head_dim = head_dim
         self.dtype = dtype
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        self.key_caches: list[Tensor] = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.value_caches: list[Tensor] = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.key_caches: list[Tensor] = [zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.value_caches: list[Tensor] = [zeros(shape, dtype, device) for _ in range(num_layers)]
 
     @classmethod
     def for_model(

@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_flatten
 
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.engine.sampler import Sampler, SamplingState, prompt_logprobs
 from arbi_grpc.engine.sampling_params import MAX_LOGPROBS_COUNT, SamplingParams, StoppingParams
 from arbi_grpc.memory.profile_step import ProfileStep
@@ -81,9 +82,17 @@ def measure_activation_peak(model: CausalLM, kv_cache: KVStorage, step: ProfileS
         peak = tracker.peak_bytes
     else:
         raise NotImplementedError(f"profiling activations on {device}: only cpu and cuda are profiled")
+    # The pool starts zeroed; the profile wrote into its first blocks. A plain CPU pool zeroes only those again: the
+    # rest were never touched, and writing them would make the whole pool resident memory (`PagedKVCache`).
+    plain_cpu_pool = device.type == "cpu" and isinstance(kv_cache, PagedKVCache)
+    written = slice(0, max(_blocks_of(step, kv_cache.block_size))) if plain_cpu_pool else slice(None)
     for tensor in (*kv_cache.key_caches, *kv_cache.value_caches):
-        tensor.zero_()  # the pool starts zeroed; the profile wrote into it
+        tensor[written].zero_()
     return peak
+
+
+def _blocks_of(step: ProfileStep, block_size: int) -> list[int]:
+    return [-(-length // block_size) for length in step.prompt_lengths]
 
 
 def _cuda_allocator_peak(model: CausalLM, kv_cache: KVStorage, step: ProfileStep) -> int:

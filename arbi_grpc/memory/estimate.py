@@ -33,6 +33,7 @@ from arbi_grpc.memory.cuda_estimate import (
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.quantized_layout import cpu_weight_bytes
 
 LOGITS_BYTES = 4  # logits, log-probabilities and sampling run in float32 whatever the model's dtype
 # Measured on engine/sampler.py's heaviest path (penalties, top-k/top-p/min-p, 20 top log-probabilities):
@@ -111,10 +112,14 @@ def estimate_budget(
     other residents in host memory (the audio models), counted when the engine's device is the CPU too."""
     count = parameter_count(model)
     element = ELEMENT_BYTES[config.dtype]
-    weight_bytes = count * element
+    weight_bytes, weight_detail = count * element, f"{count:,} parameters x {element} bytes ({config.dtype})"
+    if config.device == "cpu" and config.cpu_weights == "int4" and model.quantized_matrices:  # `quantized_layout`
+        weight_bytes = cpu_weight_bytes(model, dict(model.quantized_matrices), element)
+        weight_detail = (f"{count:,} parameters, {len(model.quantized_matrices)} matrices block-quantized, the rest "
+                         f"{element} bytes ({config.dtype})")
     step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests)
     components = [
-        weights_component(weight_bytes, f"{count:,} parameters x {element} bytes ({config.dtype})"),
+        weights_component(weight_bytes, weight_detail),
         kv_cache_component(kv_pool.num_bytes, kv_pool.detail),
         codec_scratch_component(codec_scratch_bytes(config, model), codec_detail(config)),
         activations_component(

@@ -28,7 +28,7 @@ from arbi_grpc.memory.budget import (
     kv_cache_component,
     weights_component,
 )
-from arbi_grpc.memory.estimate import codec_detail, step_detail
+from arbi_grpc.memory.estimate import codec_detail, parameter_count, step_detail
 from arbi_grpc.memory.kv_pool import KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.decoder import CausalLM
@@ -79,7 +79,7 @@ def measure_budget(
         raise ValueError(f"cuda_graph_bytes={cuda_graph_bytes} on the CPU, where no CUDA graph is captured")
     if device.type == "cuda":
         torch.cuda.empty_cache()  # cached free blocks of the load (e.g. weights before fusion) go back first
-    num_parameters = sum(parameter.numel() for parameter in model.parameters())
+    num_parameters = parameter_count(model.config)  # block-quantized matrices are buffers, not parameters
     step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests)
     components = [
         weights_component(tensor_bytes([*model.parameters(), *model.buffers()]),

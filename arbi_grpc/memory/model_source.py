@@ -5,6 +5,7 @@ a GGUF file's metadata, or a real model's shape by name (`models/reference_shape
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -14,8 +15,9 @@ from arbi_grpc.errors import ModelLoadError, NotFoundError
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.gguf.config import SpecialTokenIds, architecture_of, hf_config, read_dimensions
 from arbi_grpc.models.gguf.file import GgufMetadata, open_gguf
-from arbi_grpc.models.gguf.tensors import OUTPUT_TENSOR, embedding_rows
+from arbi_grpc.models.gguf.tensors import OUTPUT_TENSOR, embedding_rows, plan_tensors
 from arbi_grpc.models.model_cache import EMBEDDED_MODELS, resolve_model
+from arbi_grpc.models.quantized_layout import GGUF_KINDS, with_stored_quantization
 from arbi_grpc.models.reference_shapes import model_config_for_shape
 
 
@@ -43,7 +45,8 @@ def read_model_source(spec: str) -> ModelSource:
         hf = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"{config_path}: cannot read the model config ({error})") from error
-    return ModelSource(resolved.name, ModelConfig.from_hf_config(hf), str(config_path))
+    config = with_stored_quantization(ModelConfig.from_hf_config(hf), resolved.directory)
+    return ModelSource(resolved.name, config, str(config_path))
 
 
 def reference_model_source(shape: str) -> ModelSource:
@@ -65,9 +68,12 @@ def _gguf_config(path: Path) -> ModelConfig:
     spec = architecture_of(metadata)
     dimensions = read_dimensions(metadata, spec, vocab_size=embedding_rows(path, reader.tensors))
     names = {tensor.name for tensor in reader.tensors}
+    attention_bias = spec.gguf_name == "llama" and "blk.0.attn_q.bias" in names
     config = hf_config(
         spec, dimensions, SpecialTokenIds(bos=None, eos=None, pad=None),
-        tie_word_embeddings=OUTPUT_TENSOR not in names,
-        attention_bias=spec.gguf_name == "llama" and "blk.0.attn_q.bias" in names,
+        tie_word_embeddings=OUTPUT_TENSOR not in names, attention_bias=attention_bias,
     )
-    return ModelConfig.from_hf_config(config)
+    kept = {plan.hf_name: GGUF_KINDS[plan.source.tensor_type.name]  # what the import keeps quantized
+            for plan in plan_tensors(path, reader.tensors, spec, dimensions, attention_bias)
+            if plan.source.tensor_type.name in GGUF_KINDS and len(plan.hf_shape) == 2}
+    return dataclasses.replace(ModelConfig.from_hf_config(config), quantized_matrices=tuple(sorted(kept.items())))

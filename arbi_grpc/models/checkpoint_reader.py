@@ -1,5 +1,6 @@
 """Reading an HF-style model directory: `config.json` and safetensors weights (one file, or shards listed in
-`model.safetensors.index.json`). Every file problem becomes a ModelLoadError naming the file and tensor.
+`model.safetensors.index.json`), and a GGUF import's block-quantized weights. Every file problem becomes a
+ModelLoadError naming the file and tensor.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from arbi_grpc.errors import ModelLoadError
+from arbi_grpc.models.quantized_weights import QuantizedWeight, from_stored, stored_base_name
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_INDEX_FILE = "model.safetensors.index.json"
@@ -62,6 +64,22 @@ def read_checkpoint_tensors(
         listed = ", ".join(path.name for path in files)
         raise ModelLoadError(f"{model_dir}: missing tensor(s) {shown} (searched {listed})")
     return tensors
+
+
+def read_quantized_tensors(path: Path, expected_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, QuantizedWeight]:
+    """The block-quantized weights stored in `path` (`models/quantized_weights.py`'s layout), by checkpoint name;
+    every one must be a tensor of `expected_shapes`."""
+    parts: dict[str, dict[str, Tensor]] = {}
+    with _open_safetensors(path) as handle:
+        for stored_name in handle.keys():
+            name = stored_base_name(stored_name)
+            if name is None or name not in expected_shapes:
+                raise ModelLoadError(f"{path}: unexpected quantized tensor {stored_name!r} for this architecture")
+            try:
+                parts.setdefault(name, {})[stored_name[len(name):]] = handle.get_tensor(stored_name)
+            except (SafetensorError, OSError, RuntimeError, ValueError) as error:
+                raise ModelLoadError(f"{path}: cannot read tensor {stored_name!r} ({error})") from None
+    return {name: from_stored(name, found, expected_shapes[name], str(path)) for name, found in parts.items()}
 
 
 def _weight_files(model_dir: Path) -> tuple[list[Path], dict[str, Path]]:

@@ -63,6 +63,8 @@ class ModelConfig:
     qk_norm: bool  # per-head RMSNorm on queries and keys before RoPE (Qwen3)
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
+    # (checkpoint name, "q4" | "q8") of the matrices stored block-quantized (a GGUF import; `quantized_layout`).
+    quantized_matrices: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.architecture not in SUPPORTED_ARCHITECTURES:

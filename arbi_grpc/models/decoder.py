@@ -24,11 +24,14 @@ from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
+from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
+from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
 from arbi_grpc.parallel.group import SINGLE_RANK, TensorParallelGroup
 
-# Reads the model's tensors given their names and shapes (in checkpoint order): `CausalLM.from_weights`.
-WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, Tensor]]
+# Reads the model's tensors (float, or block-quantized on the CPU) given their names and shapes:
+# `CausalLM.from_weights`.
+WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, "Tensor | QuantizedWeight"]]
 
 
 class RMSNorm(nn.Module):
@@ -51,7 +54,7 @@ class RMSNorm(nn.Module):
 class SwiGLUMLP(nn.Module):
     """down(silu(gate(x)) * up(x)), bias-free, with HF parameter names.
 
-    After `fuse_projections` the gate and up weights are views into one [2I, H] matrix, multiplied at once.
+    After `fuse_projections` the gate and up weights are one [2I, H] matrix, multiplied at once.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int, ops: DecoderOps,
@@ -62,17 +65,19 @@ class SwiGLUMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.gate_up_weight: Tensor | None = None
+        self.gate_up: LinearOp | None = None
+        self.down: LinearOp | None = None
         self.ops = ops
 
     def fuse_projections(self) -> None:
-        self.gate_up_weight = fuse_linear_weights(self.gate_proj, self.up_proj)[0]
+        self.gate_up = fused_linear(self.ops, self.gate_proj, self.up_proj)
+        self.down = fused_linear(self.ops, self.down_proj)
 
     def forward(self, states: Tensor) -> Tensor:
-        if self.gate_up_weight is None:
+        if self.gate_up is None or self.down is None:
             raise RuntimeError("SwiGLUMLP: call CausalLM.fuse_projections() once the weights are loaded")
-        gate_up = self.ops.linear(states, self.gate_up_weight)  # [T, 2I]
-        return self.tensor_parallel.all_reduce(self.ops.linear(self.ops.silu_and_mul(gate_up), self.down_proj.weight))
+        gate_up = self.gate_up(states)  # [T, 2I]
+        return self.tensor_parallel.all_reduce(self.down(self.ops.silu_and_mul(gate_up)))
 
 
 class DecoderAttention(nn.Module):
@@ -97,22 +102,23 @@ class DecoderAttention(nn.Module):
         self.o_proj = nn.Linear(query_width, config.hidden_size, bias=config.output_projection_bias)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps, ops) if config.qk_norm else None
-        self.qkv_weight: Tensor | None = None
-        self.qkv_bias: Tensor | None = None
+        self.qkv: LinearOp | None = None
+        self.output: LinearOp | None = None
 
     def fuse_projections(self) -> None:
-        """Multiply q, k and v in one matmul: their weights become views into one [(H + 2 Hkv) D, hidden] matrix."""
-        self.qkv_weight, self.qkv_bias = fuse_linear_weights(self.q_proj, self.k_proj, self.v_proj)
+        """Multiply q, k and v in one matmul, by one [(H + 2 Hkv) D, hidden] matrix."""
+        self.qkv = fused_linear(self.ops, self.q_proj, self.k_proj, self.v_proj)
+        self.output = fused_linear(self.ops, self.o_proj)
 
     def forward(
         self, states: Tensor, rotation: Rotation, metadata: AttentionMetadata, kv_cache: KVStorage
     ) -> Tensor:
-        if self.qkv_weight is None:
+        if self.qkv is None or self.output is None:
             raise RuntimeError("DecoderAttention: call CausalLM.fuse_projections() once the weights are loaded")
         num_tokens = states.shape[0]
         query_width = self.num_heads * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
-        qkv = self.ops.linear(states, self.qkv_weight, self.qkv_bias)  # [T, (H + 2 Hkv) D]
+        qkv = self.qkv(states)  # [T, (H + 2 Hkv) D]
         query = qkv[:, :query_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
         key = qkv[:, query_width: query_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)
         value = qkv[:, query_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
@@ -122,7 +128,7 @@ class DecoderAttention(nn.Module):
         query, key = rotation.apply(query, key, head_norms)
         attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
         attended = attended.reshape(num_tokens, self.num_heads * self.head_dim)
-        return self.tensor_parallel.all_reduce(self.ops.linear(attended, self.o_proj.weight, self.o_proj.bias))
+        return self.tensor_parallel.all_reduce(self.output(attended))
 
 
 class DecoderLayer(nn.Module):
@@ -196,6 +202,7 @@ class CausalLM(nn.Module):
         # With tied embeddings the output projection reuses `model.embed_tokens.weight`.
         vocab_rows = tensor_parallel.split(config.vocab_size)
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, vocab_rows, bias=False)
+        self.logits_projection: LinearOp | None = None
         self.projections_fused = False
 
     @classmethod
@@ -215,8 +222,14 @@ class CausalLM(nn.Module):
             model = cls(config, attention_backend=attention_backend, device=device, ops=ops,
                         tensor_parallel=tensor_parallel)
         tensors = read_weights({name: tuple(tensor.shape) for name, tensor in model.state_dict().items()})
-        model.load_state_dict(tensors, strict=True, assign=True)
-        del tensors  # the model holds them now; the fusion below frees the parts it merges
+        quantized = {name: tensor for name, tensor in tensors.items() if isinstance(tensor, QuantizedWeight)}
+        dense = {name: tensor for name, tensor in tensors.items() if name not in quantized}
+        missing, unexpected = model.load_state_dict(dense, strict=False, assign=True)
+        if unexpected or set(missing) != set(quantized):
+            absent = sorted(set(missing) - set(quantized))
+            raise RuntimeError(f"CausalLM.from_weights: unexpected {unexpected}, missing {absent}")
+        del tensors, dense  # the model holds them now; the fusion below frees the parts it merges
+        model.place_quantized(quantized)
         model.requires_grad_(False)
         model.fuse_projections()
         return model.eval()
@@ -232,14 +245,32 @@ class CausalLM(nn.Module):
             states, residual = layer(states, residual, rotation, metadata, kv_cache)
         return self.model.norm.add_and_norm(states, residual)[0]
 
+    def place_quantized(self, weights: dict[str, QuantizedWeight]) -> None:
+        """Put block-quantized weights (CPU only) where their checkpoint names say: a projection keeps its weight
+        aside for `fused_linear` to pack. The embedding table and the output projection are dequantized: the
+        logits stay float32, since the int4 kernel's bfloat16 outputs (steps of 0.125 at a logit of 20) would
+        tie near-equal candidates and flip greedy choices."""
+        for name, weight in weights.items():
+            module_name, _, parameter = name.rpartition(".")
+            module = self.get_submodule(module_name)
+            if module_name in ("model.embed_tokens", "lm_head") and parameter == "weight":
+                module.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
+            elif isinstance(module, nn.Linear) and parameter == "weight":
+                module.register_parameter("weight", None)
+                module.quantized_weight = weight
+            else:
+                raise NotImplementedError(f"quantized weights apply to embeddings and linear layers, not {name!r}")
+
     def fuse_projections(self) -> None:
-        """Merge q/k/v and gate/up weights into single matmuls, once the weights are in place (`from_weights`
-        does it; a model built without it refuses to run)."""
+        """Merge q/k/v and gate/up weights into single matmuls and bind every projection's kernel, once the
+        weights are in place (`from_weights` does it; a model built without it refuses to run)."""
         for layer in self.model.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
+        output = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        self.logits_projection = DenseLinear(self.ops, output.weight, None)
         self.projections_fused = True
-        if self.model.embed_tokens.weight.is_cuda:
+        if self.model.norm.weight.is_cuda:
             # The merged parts go back to the driver now: left cached, the next allocations (the KV pool)
             # would split their blocks and keep them reserved for good.
             torch.cuda.empty_cache()
@@ -247,8 +278,40 @@ class CausalLM(nn.Module):
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden [N, hidden_size] -> float32 logits [N, vocab_size] (on rank 0 under tensor parallelism, which
         gathers the ranks' vocabulary slices; the other ranks get their slice)."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return self.tensor_parallel.gather_vocab(self.ops.linear(hidden, weight).float())
+        return self.tensor_parallel.gather_vocab(self.logits_projection(hidden).float())
+
+
+LinearOp = Callable[[Tensor], Tensor]
+
+
+class DenseLinear:
+    """x @ weight.T (+ bias) through the ops' linear: a float weight's kernel, bound at load."""
+
+    def __init__(self, ops: DecoderOps, weight: Tensor, bias: Tensor | None) -> None:
+        self.ops, self.weight, self.bias = ops, weight, bias
+
+    def __call__(self, states: Tensor) -> Tensor:
+        return self.ops.linear(states, self.weight, self.bias)
+
+
+def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
+    """One matmul for the layers' outputs side by side, its kernel chosen here, once: torch's CPU int4 kernel
+    when every layer holds a quantized weight of one kind (`place_quantized`) of a shape it packs, else the
+    ops' linear over the float weights (quantized parts dequantized first)."""
+    quantized = [getattr(layer, "quantized_weight", None) for layer in layers]
+    if all(weight is not None for weight in quantized) and len({weight.kind for weight in quantized}) == 1:
+        merged = concatenate(quantized)
+        if PackedInt4Linear.packs(merged.shape):
+            biases = [layer.bias for layer in layers]
+            bias = torch.cat(biases) if all(b is not None for b in biases) else None
+            return PackedInt4Linear(merged, bias)
+    for layer, weight in zip(layers, quantized):
+        if weight is not None:
+            layer.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
+            del layer.quantized_weight
+    if len(layers) == 1:
+        return DenseLinear(ops, layers[0].weight, layers[0].bias)
+    return DenseLinear(ops, *fuse_linear_weights(*layers))
 
 
 def fuse_linear_weights(*layers: nn.Linear) -> tuple[Tensor, Tensor | None]:

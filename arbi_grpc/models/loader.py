@@ -9,9 +9,11 @@ import torch
 from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from arbi_grpc.errors import ModelLoadError
-from arbi_grpc.models.checkpoint_reader import read_checkpoint_tensors, read_hf_config
+from arbi_grpc.models.checkpoint_reader import read_checkpoint_tensors, read_hf_config, read_quantized_tensors
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
+from arbi_grpc.models.gguf.importer import QUANTIZED_WEIGHTS_FILE
+from arbi_grpc.models.quantized_weights import QuantizedWeight
 from arbi_grpc.parallel.group import SINGLE_RANK, TensorParallelGroup
 from arbi_grpc.parallel.shard_plan import check_shardable, checkpoint_shape, shard_tensor
 
@@ -26,12 +28,15 @@ def load_model(
     device: torch.device | str = "cpu",
     attention_backend: AttentionBackend | None = None,
     tensor_parallel: TensorParallelGroup = SINGLE_RANK,
+    keep_quantized: bool = False,
 ) -> tuple[CausalLM, ModelConfig]:
     """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad, projections fused)
     and its config. Under tensor parallelism the model holds the rank's shard (`parallel.shard_plan`), cut from
     each tensor as it is read.
 
-    Without `attention_backend`, the torch reference backend tuned for `device` runs attention.
+    Without `attention_backend`, the torch reference backend tuned for `device` runs attention. On the CPU,
+    with `keep_quantized`, the matrices a GGUF import stored quantized (`QUANTIZED_WEIGHTS_FILE`) are read in
+    that form and run by the int4 kernels; everything else is read from the float checkpoint in `dtype`.
     Raises ModelLoadError for missing, truncated or corrupt files and missing or mis-shaped tensors,
     UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES, NotImplementedError
     for features of a supported architecture that the decoder lacks (e.g. sliding windows, yarn RoPE), and
@@ -49,12 +54,21 @@ def load_model(
         # A tied checkpoint may still store lm_head.weight; the tie wins, as in transformers.
         return name.endswith(_RECOMPUTED_SUFFIX) or (config.tie_word_embeddings and name == "lm_head.weight")
 
-    def read_weights(rank_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-        return read_checkpoint_tensors(
-            model_dir, is_ignored=is_ignored, dtype=dtype, device=device,
-            expected_shapes={name: checkpoint_shape(name, shape, world_size) for name, shape in rank_shapes.items()},
+    quantized_file = model_dir / QUANTIZED_WEIGHTS_FILE
+    read_quantized = keep_quantized and torch.device(device).type == "cpu" and quantized_file.is_file()
+    if read_quantized and world_size > 1:
+        raise NotImplementedError("quantized CPU weights under tensor parallelism: the quantized blocks are not "
+                                  "split across ranks yet")
+
+    def read_weights(rank_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor | QuantizedWeight]:
+        expected = {name: checkpoint_shape(name, shape, world_size) for name, shape in rank_shapes.items()}
+        quantized = read_quantized_tensors(quantized_file, expected) if read_quantized else {}
+        dense = read_checkpoint_tensors(
+            model_dir, is_ignored=lambda name: is_ignored(name) or name in quantized, dtype=dtype, device=device,
+            expected_shapes={name: shape for name, shape in expected.items() if name not in quantized},
             select=None if world_size == 1 else lambda name, tensor: shard_tensor(name, tensor, rank, world_size),
         )
+        return {**dense, **quantized}
 
     model = CausalLM.from_weights(config, read_weights, attention_backend=backend, device=device,
                                   tensor_parallel=tensor_parallel)

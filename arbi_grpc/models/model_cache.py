@@ -1,5 +1,6 @@
 """The local model cache: turns a model spec (known name, HF-style directory, or .gguf file) into a directory
-the engine can load, importing each GGUF once and reusing the import until the file changes.
+the engine can load, importing each GGUF once and reusing the import until the file changes (or the import's
+format does).
 
 Layout: `<root>/<name>/<source key>/` holds one complete import (renamed into place atomically, so concurrent
 importers never see or leave a partial one); the key hashes the GGUF's path, size and mtime, so resolving a
@@ -160,6 +161,8 @@ def _source_key(gguf_path: Path) -> tuple[Path, str]:
 def _cached_import(name: str, gguf_path: Path, root: Path) -> ResolvedModel:
     source, key = _source_key(gguf_path)
     version_dir = root / name / key
+    if ImportProvenance.is_outdated(version_dir):
+        shutil.rmtree(version_dir, ignore_errors=True)  # an older version's layout: imported again below
     if _complete_import(version_dir) is None:
         try:
             import_gguf(source, version_dir)

@@ -1,8 +1,9 @@
 """Import of a GGUF file into the HF-style model directory the engine loads, written atomically.
 
-The output holds config.json, model.safetensors (float32), tokenizer.json, tokenizer_config.json,
-generation_config.json, arbi_import.json (where it came from) and, when the GGUF has named chat templates,
-additional_chat_templates/<name>.jinja. Everything is validated before writing; files go to a temporary
+The output holds config.json, model.safetensors (float32), quantized/model.safetensors (the Q4_0/Q4_1/Q8_0
+matrices in their block quantization, when there are any: `models/quantized_weights.py`), tokenizer.json,
+tokenizer_config.json, generation_config.json, arbi_import.json (where it came from) and, when the GGUF has
+named chat templates, additional_chat_templates/<name>.jinja. Everything is validated before writing; files go to a temporary
 directory beside `out_dir` that is renamed into place only when complete.
 """
 
@@ -29,12 +30,14 @@ from arbi_grpc.models.gguf.tokenizer import (
     read_vocabulary,
     tokenizer_config,
 )
+from arbi_grpc.models.quantized_layout import QUANTIZED_WEIGHTS_FILE
 
 PROVENANCE_FILE = "arbi_import.json"
 # Hugging Face's place for named chat templates beside the default one (`<name>.jinja` files).
 ADDITIONAL_TEMPLATES_DIR = "additional_chat_templates"
 WEIGHTS_FILE = "model.safetensors"
-_PROVENANCE_FORMAT = 1
+# 2: the quantized weights file. A cache entry of another format is rebuilt.
+_PROVENANCE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,15 @@ class ImportProvenance:
 
     def to_json(self) -> dict[str, Any]:
         return {"format": _PROVENANCE_FORMAT, **asdict(self)}
+
+    @staticmethod
+    def is_outdated(directory: Path) -> bool:
+        """Whether `directory` holds provenance of another format (an import by an older version)."""
+        try:
+            raw = json.loads((directory / PROVENANCE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(raw, dict) and raw.get("format") != _PROVENANCE_FORMAT
 
     @classmethod
     def read(cls, directory: Path) -> ImportProvenance | None:
@@ -120,6 +132,7 @@ def import_gguf(gguf_path: Path, out_dir: Path) -> None:
             for name, template in extra_templates.items():
                 (template_dir / f"{_file_safe(name)}.jinja").write_text(template, "utf-8")
         _write_weights(gguf_path, staging / WEIGHTS_FILE, plans)
+        _write_quantized_weights(gguf_path, staging / QUANTIZED_WEIGHTS_FILE, plans)
 
     _write_atomically(out_dir, write_into)
 
@@ -139,6 +152,24 @@ def _write_weights(gguf_path: Path, target: Path, plans: list[TensorPlan]) -> No
     entries = [TensorEntry(plan.hf_name, plan.hf_shape) for plan in plans]
     arrays = (read_tensor(gguf_path, plan) for plan in plans)
     write_safetensors(target, entries, arrays, metadata={"format": "pt"})
+
+
+def _write_quantized_weights(gguf_path: Path, target: Path, plans: list[TensorPlan]) -> None:
+    # Imported here: they import torch, which `plan` (and the rest of a model-cache lookup) never loads.
+    from safetensors.torch import save
+
+    from arbi_grpc.models.gguf.quantized_tensors import keeps_quantized, read_quantized
+
+    stored = {}
+    for plan in plans:
+        if keeps_quantized(plan):
+            stored.update(read_quantized(gguf_path, plan).stored_tensors(plan.hf_name))
+    if stored:
+        target.parent.mkdir()
+        with target.open("wb") as handle:
+            handle.write(save(stored, metadata={"format": "pt"}))
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
 def _write_atomically(out_dir: Path, write_into: Callable[[Path], None]) -> None:

@@ -62,6 +62,25 @@ def test_gguf_path_is_imported_once_under_a_name_from_the_file(
     assert resolve_model("My-Model.Q8_0", cache_root=root) == first
 
 
+def test_import_of_an_older_format_is_rebuilt_with_the_quantized_weights(make_tiny_gguf, tmp_path: Path) -> None:
+    from arbi_grpc.models.gguf.importer import PROVENANCE_FILE, QUANTIZED_WEIGHTS_FILE
+    from arbi_grpc.models.loader import load_model
+
+    tiny = make_tiny_gguf("m.gguf", quantize_embedding=True)  # a Q8_0 embedding table
+    root = tmp_path / "cache"
+    first = resolve_model(str(tiny.path), cache_root=root)
+    assert (first.directory / QUANTIZED_WEIGHTS_FILE).is_file()
+    provenance = json.loads((first.directory / PROVENANCE_FILE).read_text())
+    (first.directory / QUANTIZED_WEIGHTS_FILE).unlink()
+    (first.directory / PROVENANCE_FILE).write_text(json.dumps({**provenance, "format": 1}))  # as version 1 wrote
+
+    again = resolve_model(str(tiny.path), cache_root=root)
+
+    assert again == first and (again.directory / QUANTIZED_WEIGHTS_FILE).is_file()
+    model, _ = load_model(again.directory)  # the Q8_0 table read from the quantized file, dequantized exactly
+    assert (model.model.embed_tokens.weight.numpy() == tiny.hf_weights["model.embed_tokens.weight"]).all()
+
+
 def test_changed_gguf_is_reimported_and_old_import_dropped(make_tiny_gguf, tmp_path: Path) -> None:
     tiny = make_tiny_gguf("m.gguf")
     root = tmp_path / "cache"

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_smollm2_paged_logits_match_transformers(smollm2_dir: Path, rng: random.Random) -> None:
     from transformers import LlamaForCausalLM
 
-    model, config = load_model(smollm2_dir)
+    model, config = load_model(smollm2_dir, keep_quantized=False)  # the dequantized float32 path
     assert (config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim) == (30, 9, 3, 64)
     reference = LlamaForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32, attn_implementation="eager")
 

@@ -1,0 +1,88 @@
+"""Which matrices a model stores block-quantized, and the bytes the CPU decoder then holds, without torch: what
+`plan` and the boot's estimate count (the measured budget counts the loaded tensors themselves).
+
+The byte count follows `CausalLM.fuse_projections`: a fused group (q/k/v, gate/up) whose members share one kind
+and a shape the int4 kernel packs is held packed (`cpu_quantized_ops.PackedInt4Linear`: half a byte per weight,
+twice for q8, plus a bfloat16 scale and zero per 32); any other group is float, and so are the embedding table
+and the output projection (dequantized to float32 when stored quantized).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from pathlib import Path
+
+from arbi_grpc.models.config import ModelConfig
+
+# The GGUF block formats the import keeps (`gguf/quantized_tensors.py`), by GGML type name.
+GGUF_KINDS = {"Q4_0": "q4", "Q4_1": "q4", "Q8_0": "q8"}
+# Where a GGUF import keeps them, beside the float32 `model.safetensors` (outside its `*.safetensors`).
+QUANTIZED_WEIGHTS_FILE = "quantized/model.safetensors"
+GROUP = 32
+_SUFFIX_KINDS = {".q4": "q4", ".q8": "q8"}
+_KERNEL_ROWS, _KERNEL_COLUMNS = 16, 32
+_KERNEL_SCALE_BYTES = 2 * 2  # bfloat16 scale and zero
+
+
+def stored_kinds(weights_file: Path) -> dict[str, str]:
+    """{checkpoint name: "q4" | "q8"} of a quantized safetensors file, from its header; empty when absent."""
+    try:
+        with weights_file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError, struct.error):
+        return {}
+    kinds = {}
+    for name in header:
+        for suffix, kind in _SUFFIX_KINDS.items():
+            if name.endswith(suffix):
+                kinds[name[: -len(suffix)]] = kind
+    return kinds
+
+
+def with_stored_quantization(model: ModelConfig, model_dir: Path) -> ModelConfig:
+    """`model` noting the matrices `model_dir` stores block-quantized (none for a plain HF directory)."""
+    kinds = stored_kinds(model_dir / QUANTIZED_WEIGHTS_FILE)
+    return dataclasses.replace(model, quantized_matrices=tuple(sorted(kinds.items())))
+
+
+def _packed(kind: str, rows: int, columns: int) -> int | None:
+    """Bytes of a [rows, columns] matrix packed for the int4 kernel; None when it cannot be packed."""
+    if rows % _KERNEL_ROWS or columns % _KERNEL_COLUMNS:
+        return None
+    width = 2 * columns if kind == "q8" else columns
+    return rows * width // 2 + rows * (width // GROUP) * _KERNEL_SCALE_BYTES
+
+
+def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) -> int:
+    """The weight bytes the CPU decoder holds for `model` with the matrices `kinds` quantized, the rest in
+    `element`-byte floats (dequantized matrices in float32)."""
+    hidden, layers = model.hidden_size, model.num_layers
+    query, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+
+    def group(names: list[str], rows: list[int], columns: int) -> int:
+        found = {kinds.get(name) for name in names}
+        packed = _packed(found.pop(), sum(rows), columns) if len(found) == 1 and None not in found else None
+        if packed is not None:
+            return packed
+        return sum(row * columns * (4 if name in kinds else element) for name, row in zip(names, rows))
+
+    total = hidden * element  # the final norm
+    for index in range(layers):
+        prefix = f"model.layers.{index}."
+        attention, mlp = prefix + "self_attn.", prefix + "mlp."
+        total += group([attention + f"{p}_proj.weight" for p in "qkv"], [query, kv, kv], hidden)
+        total += group([attention + "o_proj.weight"], [hidden], query)
+        total += group([mlp + "gate_proj.weight", mlp + "up_proj.weight"], [model.intermediate_size] * 2, hidden)
+        total += group([mlp + "down_proj.weight"], [hidden], model.intermediate_size)
+        total += 2 * hidden * element + (query + 2 * kv if model.attention_bias else 0) * element
+        total += (hidden if model.output_projection_bias else 0) * element
+        total += (2 * model.head_dim if model.qk_norm else 0) * element
+    # The embedding table and the output projection are held dequantized (`CausalLM.place_quantized`).
+    embedding = model.vocab_size * hidden
+    total += embedding * (4 if "model.embed_tokens.weight" in kinds else element)
+    if not model.tie_word_embeddings:
+        total += embedding * (4 if "lm_head.weight" in kinds else element)
+    return total
