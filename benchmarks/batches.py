@@ -74,7 +74,7 @@ def main() -> None:
               "lines": args.lines, "max_tokens": args.max_tokens, "in_flight": args.in_flight,
               "status": ended.status, "lines_per_s": args.lines / elapsed,
               "idle_ttft_ms": idle * 1000, "busy_ttft_ms": busy * 1000, "ttft_ratio": busy / idle}
-    print(f"| lines | max tokens | in flight | lines/s | idle TTFT ms | TTFT during batch ms | ratio |")
+    print("| lines | max tokens | in flight | lines/s | idle TTFT ms | TTFT during batch ms | ratio |")
     print(f"| {args.lines} | {args.max_tokens} | {args.in_flight} | {result['lines_per_s']:.2f} | "
           f"{result['idle_ttft_ms']:.0f} | {result['busy_ttft_ms']:.0f} | {result['ttft_ratio']:.2f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,6 @@ import http.client
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,11 +39,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from arbi_gateway.process import GatewayProcess
 from arbi_grpc.models.model_cache import DEFAULT_MODEL
+from benchmarks.serve_process import free_port, start_serve
 
 BUILD_CACHE = Path.home() / ".cache" / "arbi-serve" / "llama-cpp"
 PROMPTS = (
@@ -56,12 +53,6 @@ PROMPTS = (
     "Translate 'good morning' into French.", "What is machine learning?", "Tell me a fun fact about octopuses.",
     "How many continents are there?",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def find_llama_server(explicit: str, build: bool) -> Path:
@@ -122,7 +113,7 @@ def _wait_http(port: int, path: str, process: subprocess.Popen, log_path: Path, 
 
 def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, log_path: Path
                        ) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+    port = free_port()
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
                "-t", str(threads), "-c", str(slots * 1024)]
     with open(log_path, "ab") as log_file:
@@ -132,24 +123,9 @@ def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, log_p
 
 
 def start_arbi_server(model: str, torch_threads: int, log_path: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    command = [sys.executable, "-m", "arbi_grpc", "serve", "--port", str(port), "--cpu-weights", "int4"]
-    command += ["--model", model] if model else []
-    command += ["--torch-threads", str(torch_threads)] if torch_threads else []
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-    target = f"127.0.0.1:{port}"
-    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(target))
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                return process, target
-        except grpc.RpcError:
-            pass
-        time.sleep(0.3)
-    process.kill()
-    raise RuntimeError(f"arbi-serve did not become ready:\n{log_path.read_text(errors='replace')[-3000:]}")
+    flags = ["--cpu-weights", "int4", *(["--model", model] if model else []),
+             *(["--torch-threads", str(torch_threads)] if torch_threads else [])]
+    return start_serve(flags, log_path, timeout_s=900)
 
 
 def stream_chat(port: int, model: str, prompt: str, tokens: int) -> tuple[float, int]:

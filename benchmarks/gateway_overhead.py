@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,43 +29,20 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from arbi_client.arbi.v1 import generate_service_pb2 as pb
 from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_gateway.process import GatewayProcess
+from benchmarks.serve_process import start_serve
 
 _PROMPT = "Write a long story about a lighthouse keeper."
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _start_server(model: str, kv_cache_memory_mib: int, torch_threads: int,
                   log_path: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    command = [sys.executable, "-m", "arbi_grpc", "serve", "--port", str(port),
-               "--kv-cache-memory-mib", str(kv_cache_memory_mib), "--max-running-requests", "64",
-               "--torch-threads", str(torch_threads)]
-    if model:
-        command += ["--model", model]
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-    target = f"127.0.0.1:{port}"
-    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(target))
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                return process, target
-        except grpc.RpcError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"the server did not become ready:\n{log_path.read_text(errors='replace')[-3000:]}")
+    flags = ["--kv-cache-memory-mib", str(kv_cache_memory_mib), "--max-running-requests", "64",
+             "--torch-threads", str(torch_threads), *(["--model", model] if model else [])]
+    return start_serve(flags, log_path)
 
 
 class _Http:

@@ -22,7 +22,6 @@ import json
 import math
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,9 +30,7 @@ from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from benchmarks.serve_process import start_serve
 from benchmarks.serving_load import LoadStats, drive, make_plan, summarize
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -79,32 +76,13 @@ def cases(model_dir: Path, kv_bits: str) -> list[ServerCase]:
                         "--kv-bits", kv_bits))]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def start_server(model_dir: Path, common_flags: list[str], case: ServerCase, log_path: Path
                  ) -> tuple[subprocess.Popen, str]:
     """`arbi-serve serve` on a free loopback port, once its health check says SERVING."""
-    port = _free_port()
-    command = [sys.executable, "-m", "arbi_grpc", "serve", "--model", str(model_dir), "--host", "127.0.0.1",
-               "--port", str(port), *common_flags, *case.flags]
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-    target = f"127.0.0.1:{port}"
-    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(target))
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                return process, target
-        except grpc.RpcError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise RuntimeError(f"{case.name}: the server did not become ready:\n{log_path.read_text(errors='replace')[-4000:]}")
+    try:
+        return start_serve(["--model", str(model_dir), *common_flags, *case.flags], log_path, BOOT_TIMEOUT_S)
+    except RuntimeError as error:
+        raise RuntimeError(f"{case.name}: {error}") from None
 
 
 def stop_server(process: subprocess.Popen) -> None:

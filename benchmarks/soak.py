@@ -21,7 +21,6 @@ import asyncio
 import json
 import random
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import grpc
 from arbi_client.arbi.v1 import admin_service_pb2 as admin_pb
 from arbi_gateway.process import GatewayProcess
 from arbi_grpc.chat_client import wait_until_serving
+from benchmarks.serve_process import free_port
 from benchmarks.soak_operations import OPERATIONS, Targets, generate_request
 
 RSS_GROWTH_LIMIT = 0.10
@@ -174,15 +174,9 @@ def print_report(report: SoakReport) -> None:
     print("result               " + ("PASS" if not report.failures else "FAIL: " + "; ".join(report.failures)))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _boot(args: argparse.Namespace, admin_token: str, scratch: Path) -> tuple[subprocess.Popen, str, GatewayProcess]:
     """Starts `arbi-serve serve` and `arbi-gateway` on free loopback ports; returns once both answer."""
-    port = _free_port()
+    port = free_port()
     with open(scratch / "server.log", "wb") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "arbi_grpc", "serve", *(["--model", args.model] if args.model else []),
