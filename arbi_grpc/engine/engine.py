@@ -322,7 +322,8 @@ class Engine:
             stop_matcher=StopStringMatcher(request.stopping.stop_strings),
         )
         self._sequences[request.request_id] = sequence
-        self.observer.request_added(request.request_id, task.arrival_s, len(request.prompt_token_ids))
+        self.observer.request_added(request.request_id, task.arrival_s, len(request.prompt_token_ids),
+                                    request.scheduling.tenant)
         if request.sampling.output_constraint is None:
             self.scheduler.add(sequence)
             return

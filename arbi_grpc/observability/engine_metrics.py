@@ -1,5 +1,11 @@
-"""The EngineObserver that feeds the Prometheus metrics: per-request latencies and token counts, per-step
-batch sizes and durations, and one debug log record per finished request carrying its request id.
+"""The EngineObserver that feeds the Prometheus metrics: per-request latencies and token counts (also by
+tenant), per-step batch sizes and durations, and one debug log record per finished request carrying its
+request id.
+
+A request's tenant is its prefix-cache namespace: with an API keys file, the caller's key's tenant
+(`auth/caller.py`), so usage by tenant comes from the credential. The first MAX_TENANT_LABELS tenants seen get
+a label of their own and later ones share OTHER_TENANTS, so a client sending arbitrary tenant ids cannot grow
+the series without bound.
 
 It keeps a small timing record per live request; every call comes from the engine thread, so the records
 need no lock.
@@ -16,11 +22,15 @@ from arbi_grpc.observability.metrics import ModelMetrics
 
 log = logging.getLogger(__name__)
 
+MAX_TENANT_LABELS = 1000
+OTHER_TENANTS = "(other)"
+
 
 @dataclass
 class _RequestTiming:
     arrival_s: float
     num_prompt_tokens: int
+    tenant_label: str
     scheduled: bool = False
     first_token_s: float | None = None
     last_token_s: float | None = None
@@ -33,10 +43,13 @@ class EngineMetricsObserver:
     def __init__(self, metrics: ModelMetrics) -> None:
         self._metrics = metrics
         self._requests: dict[str, _RequestTiming] = {}
+        self._tenant_labels: set[str] = set()
 
-    def request_added(self, request_id: str, arrival_s: float, num_prompt_tokens: int) -> None:
-        self._requests[request_id] = _RequestTiming(arrival_s, num_prompt_tokens)
+    def request_added(self, request_id: str, arrival_s: float, num_prompt_tokens: int, tenant: str) -> None:
+        label = self._tenant_label(tenant)
+        self._requests[request_id] = _RequestTiming(arrival_s, num_prompt_tokens, label)
         self._metrics.prompt_tokens.inc(num_prompt_tokens)
+        self._metrics.tenant_tokens.labels(tenant=label, kind="prompt").inc(num_prompt_tokens)
 
     def request_scheduled(self, request_id: str) -> None:
         timing = self._requests.get(request_id)
@@ -57,6 +70,7 @@ class EngineMetricsObserver:
         timing.last_token_s = now
         timing.num_output_tokens += 1
         self._metrics.output_tokens.inc()
+        self._metrics.tenant_tokens.labels(tenant=timing.tenant_label, kind="output").inc()
 
     def request_finished(self, request_id: str, output: RequestOutput) -> None:
         timing = self._requests.pop(request_id, None)
@@ -90,3 +104,9 @@ class EngineMetricsObserver:
         self._metrics.step_batch_size.observe(num_sequences)
         self._metrics.step_tokens.observe(num_tokens)
         self._metrics.step_duration.observe(duration_s)
+
+    def _tenant_label(self, tenant: str) -> str:
+        if tenant in self._tenant_labels or len(self._tenant_labels) < MAX_TENANT_LABELS:
+            self._tenant_labels.add(tenant)
+            return tenant
+        return OTHER_TENANTS

@@ -19,8 +19,9 @@ class EngineObserver(Protocol):
     `step_finished` closes every step that ran the model.
     """
 
-    def request_added(self, request_id: str, arrival_s: float, num_prompt_tokens: int) -> None:
-        """The engine took a request submitted at `arrival_s` (time.monotonic())."""
+    def request_added(self, request_id: str, arrival_s: float, num_prompt_tokens: int, tenant: str) -> None:
+        """The engine took a request of `tenant` (its prefix-cache namespace) submitted at `arrival_s`
+        (time.monotonic())."""
 
     def request_scheduled(self, request_id: str) -> None:
         """The request has a chunk in the step about to run."""
@@ -38,7 +39,7 @@ class EngineObserver(Protocol):
 class NoEngineObserver:
     """Ignores every event: the engine's default when nothing watches it."""
 
-    def request_added(self, request_id: str, arrival_s: float, num_prompt_tokens: int) -> None:
+    def request_added(self, request_id: str, arrival_s: float, num_prompt_tokens: int, tenant: str) -> None:
         pass
 
     def request_scheduled(self, request_id: str) -> None:

@@ -87,6 +87,11 @@ class ModelMetrics:
             "arbi_output_tokens", "Output tokens generated (sampled and appended to a request)",
             registry=registry,
         )
+        self.tenant_tokens = Counter(
+            "arbi_tenant_tokens", "Prompt and output tokens by kind and tenant (the prefix-cache namespace: the API key's "
+            "tenant, else the request's tenant_id; the first 1000 tenants, the rest as '(other)')",
+            ["tenant", "kind"], registry=registry,
+        )
         self.request_prompt_tokens = Histogram(
             "arbi_request_prompt_tokens", "Prompt tokens per finished request",
             buckets=TOKEN_COUNT_BUCKETS, registry=registry,

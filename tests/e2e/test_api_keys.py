@@ -1,7 +1,8 @@
 """Per-caller API keys on a real server with SmolLM2: a key's calls run as its tenant whatever the request's
-tenant field says (tenant A cannot read tenant B's cached prefixes), keys grant no AdminService unless
-marked admin, unknown keys are UNAUTHENTICATED, a tenant's stored files and batches are not found by another, a rewritten keys file takes effect without a restart, and the
-official `openai` SDK's api_key works through the gateway (a bad one gets 401)."""
+tenant field says (tenant A cannot read tenant B's cached prefixes, and its usage counts as A's), keys grant no
+AdminService unless marked admin, unknown keys are UNAUTHENTICATED, a tenant's stored files and batches are not
+found by another, a rewritten keys file takes effect without a restart, and the official `openai` SDK's api_key
+works through the gateway (a bad one gets 401)."""
 
 from __future__ import annotations
 
@@ -99,10 +100,19 @@ def _code(call) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.OK, ""
 
 
-def test_a_key_runs_as_its_tenant_whatever_the_request_says(channel) -> None:
+def _tenant_prompt_tokens(server, tenant: str) -> float:
+    value = server.served.metrics.registry.get_sample_value("arbi_tenant_tokens_total",
+                                                            {"tenant": tenant, "kind": "prompt"})
+    return value or 0.0
+
+
+def test_a_key_runs_as_its_tenant_whatever_the_request_says(server, channel) -> None:
     system = f"Session {uuid.uuid4().hex}. You are a careful assistant. " + " ".join(["Be brief."] * 20)
     assert _cached_tokens(channel, KEY_B, system) == 0  # tenant B caches the prefix
+    usage_a, usage_b = _tenant_prompt_tokens(server, "tenant-a"), _tenant_prompt_tokens(server, "tenant-b")
     assert _cached_tokens(channel, KEY_A, system, tenant_field="tenant-b") == 0  # A claiming B gets nothing
+    assert _tenant_prompt_tokens(server, "tenant-a") > usage_a  # and its usage is A's
+    assert _tenant_prompt_tokens(server, "tenant-b") == usage_b
     assert _cached_tokens(channel, KEY_B, system) > 0  # B's entry is still there, and B's own
     assert _cached_tokens(channel, KEY_A, system) > 0  # A's first call cached under A
 

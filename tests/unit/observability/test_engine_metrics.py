@@ -8,6 +8,7 @@ import pytest
 
 from arbi_grpc.engine.request import FinishReason, RequestOutput
 from arbi_grpc.errors import UnavailableError
+from arbi_grpc.observability import engine_metrics
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
 from arbi_grpc.observability.metrics import ModelMetrics
 
@@ -21,8 +22,8 @@ def test_a_request_lifecycle_is_counted_once_per_event() -> None:
     metrics = ModelMetrics()
     observer = EngineMetricsObserver(metrics)
     arrival = time.monotonic()
-    observer.request_added("a", arrival, num_prompt_tokens=7)
-    observer.request_added("b", arrival, num_prompt_tokens=3)
+    observer.request_added("a", arrival, num_prompt_tokens=7, tenant="acme")
+    observer.request_added("b", arrival, num_prompt_tokens=3, tenant="")
     for step in range(3):
         observer.request_scheduled("a")
         observer.token_emitted("a")
@@ -37,6 +38,10 @@ def test_a_request_lifecycle_is_counted_once_per_event() -> None:
 
     assert _value(metrics, "arbi_prompt_tokens_total") == 10
     assert _value(metrics, "arbi_output_tokens_total") == 4
+    assert _value(metrics, "arbi_tenant_tokens_total", tenant="acme", kind="prompt") == 7
+    assert _value(metrics, "arbi_tenant_tokens_total", tenant="acme", kind="output") == 3
+    assert _value(metrics, "arbi_tenant_tokens_total", tenant="", kind="prompt") == 3
+    assert _value(metrics, "arbi_tenant_tokens_total", tenant="", kind="output") == 1
     assert _value(metrics, "arbi_request_queue_time_seconds_count") == 2  # first scheduling only
     assert _value(metrics, "arbi_time_to_first_token_seconds_count") == 2
     assert _value(metrics, "arbi_inter_token_latency_seconds_count") == 2  # a's 2nd and 3rd tokens
@@ -54,7 +59,7 @@ def test_a_request_lifecycle_is_counted_once_per_event() -> None:
 def test_latencies_are_measured_from_the_arrival_time() -> None:
     metrics = ModelMetrics()
     observer = EngineMetricsObserver(metrics)
-    observer.request_added("late", time.monotonic() - 2.0, num_prompt_tokens=1)
+    observer.request_added("late", time.monotonic() - 2.0, num_prompt_tokens=1, tenant="")
     observer.request_scheduled("late")
     observer.token_emitted("late")
     observer.request_finished("late", RequestOutput("late", finish_reason=FinishReason.EOS_TOKEN))
@@ -62,3 +67,14 @@ def test_latencies_are_measured_from_the_arrival_time() -> None:
     assert _value(metrics, "arbi_time_to_first_token_seconds_sum") >= 2.0
     assert _value(metrics, "arbi_request_queue_time_seconds_bucket", le="1.0") == 0
     assert _value(metrics, "arbi_request_queue_time_seconds_bucket", le="2.5") == 1
+
+
+def test_tenants_past_the_label_limit_share_one_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_metrics, "MAX_TENANT_LABELS", 2)
+    metrics = ModelMetrics()
+    observer = EngineMetricsObserver(metrics)
+    for index, tenant in enumerate(["a", "b", "c", "a", "d"]):
+        observer.request_added(str(index), time.monotonic(), num_prompt_tokens=1, tenant=tenant)
+    assert _value(metrics, "arbi_tenant_tokens_total", tenant="a", kind="prompt") == 2
+    assert _value(metrics, "arbi_tenant_tokens_total", tenant="b", kind="prompt") == 1
+    assert _value(metrics, "arbi_tenant_tokens_total", tenant=engine_metrics.OTHER_TENANTS, kind="prompt") == 2
