@@ -1,4 +1,5 @@
-"""End-to-end fixtures: a client stub on the session server, and a KV-leak check after every test."""
+"""End-to-end fixtures: a client stub, a gateway and the OpenAI SDK on the session server, and a KV-leak check
+after every test."""
 
 from __future__ import annotations
 
@@ -28,6 +29,18 @@ def audio_stub(served_smollm2) -> Iterator:
     yield audio_service_pb2_grpc.AudioServiceStub(channel)
     channel.close()
     wait_for_idle_pool(served_smollm2.served.engine)
+
+
+@pytest.fixture(scope="module")
+def gateway(served_smollm2, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A gateway process for the module in front of the session server (modules needing other flags define their
+    own)."""
+    from arbi_gateway.process import GatewayProcess
+
+    log_dir = tmp_path_factory.mktemp(f"gateway-{request.module.__name__.rsplit('.', 1)[-1]}")
+    process = GatewayProcess.spawn(["--upstream", served_smollm2.target, "--http-port", "0"], log_dir / "gateway.log")
+    yield process
+    process.stop()
 
 
 @pytest.fixture(scope="module")

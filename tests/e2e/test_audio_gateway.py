@@ -19,14 +19,6 @@ from tests.e2e.test_audio_transcribe import words
 
 
 @pytest.fixture(scope="module")
-def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess.spawn(["--upstream", served_smollm2.target, "--http-port", "0"],
-                                   tmp_path_factory.mktemp("gateway-audio") / "gateway.log")
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
 def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as sdk:
         yield sdk

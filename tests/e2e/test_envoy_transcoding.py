@@ -75,14 +75,6 @@ def envoy(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     process.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess.spawn(["--upstream", served_smollm2.target, "--http-port", "0"],
-                                   tmp_path_factory.mktemp("gateway-envoy") / "gateway.log")
-    yield process
-    process.stop()
-
-
 @pytest.fixture(autouse=True)
 def _pool_is_free_afterwards(served_smollm2) -> Iterator[None]:
     yield

@@ -7,7 +7,6 @@ tokens, one or two choices and prompts, so each example costs at most a short pr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,14 +19,6 @@ from tests.conftest import wait_for_idle_pool
 
 _MAX_TOKENS = 4
 _REQUEST_TIMEOUT_S = 60
-
-
-@pytest.fixture(scope="module")
-def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess.spawn(["--upstream", served_smollm2.target, "--http-port", "0"],
-                                   tmp_path_factory.mktemp("gateway-fuzz") / "gateway.log")
-    yield process
-    process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ when asked, `echo` returns the prompt's logprobs, and the SDK raises the right e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import openai
 import pytest
@@ -15,16 +14,6 @@ from arbi_gateway.process import GatewayProcess
 from tests.conftest import wait_for_idle_pool
 
 QUESTION = "What is the capital of France?"
-
-
-@pytest.fixture(scope="module")
-def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess.spawn(
-        ["--upstream", served_smollm2.target, "--http-port", "0"],
-        tmp_path_factory.mktemp("gateway-openai") / "gateway.log",
-    )
-    yield process
-    process.stop()
 
 
 def _messages(question: str = QUESTION) -> list[dict[str, str]]:

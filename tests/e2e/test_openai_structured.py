@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 
 import jsonschema
 import openai
@@ -28,14 +27,6 @@ TIME = {"type": "function", "function": {"name": "get_time", "description": "The
                                                         "properties": {"zone": {"enum": ["UTC", "CET"]}}}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
-
-
-@pytest.fixture(scope="module")
-def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess.spawn(["--upstream", served_smollm2.target, "--http-port", "0"],
-                                   tmp_path_factory.mktemp("gateway-structured") / "gateway.log")
-    yield process
-    process.stop()
 
 
 def _response_format(entry: dict) -> dict:

@@ -7,13 +7,11 @@ and every bad input answers 400 naming its parameter with the KV pool free after
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import jsonschema
 import openai
 import pytest
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
-from arbi_gateway.process import GatewayProcess
 
 from tests.conftest import wait_for_idle_pool
 from tests.e2e.helpers import chat_request, generate, stub_for
@@ -22,14 +20,6 @@ WEATHER_PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The current weather of a city.",
                                             "parameters": WEATHER_PARAMETERS}}
 ASK = [{"role": "user", "content": "What is the weather in Paris? Call the tool."}]
-
-
-@pytest.fixture(scope="module")
-def gateway(served_smollm2, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess.spawn(["--upstream", served_smollm2.target, "--http-port", "0"],
-                                   tmp_path_factory.mktemp("gateway-tools") / "gateway.log")
-    yield process
-    process.stop()
 
 
 def _copy_request(call_text: str) -> list[dict[str, str]]:
