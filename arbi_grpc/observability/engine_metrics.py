@@ -3,9 +3,7 @@ tenant), per-step batch sizes and durations, and one debug log record per finish
 request id.
 
 A request's tenant is its prefix-cache namespace: with an API keys file, the caller's key's tenant
-(`auth/caller.py`), so usage by tenant comes from the credential. The first MAX_TENANT_LABELS tenants seen get
-a label of their own and later ones share OTHER_TENANTS, so a client sending arbitrary tenant ids cannot grow
-the series without bound.
+(`auth/caller.py`), so usage by tenant comes from the credential; the label set is bounded (MAX_TENANT_LABELS).
 
 It keeps a small timing record per live request; every call comes from the engine thread, so the records
 need no lock.
@@ -18,12 +16,9 @@ import time
 from dataclasses import dataclass
 
 from arbi_grpc.engine.request import RequestOutput
-from arbi_grpc.observability.metrics import ModelMetrics
+from arbi_grpc.observability.metrics import MAX_TENANT_LABELS, OTHER_TENANTS, ModelMetrics
 
 log = logging.getLogger(__name__)
-
-MAX_TENANT_LABELS = 1000
-OTHER_TENANTS = "(other)"
 
 
 @dataclass

@@ -35,6 +35,10 @@ TOKEN_COUNT_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 STEP_TOKEN_BUCKETS = (1, 8, 32, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 STEP_DURATION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# The tenants with a series of their own in `arbi_tenant_tokens`; later ones share OTHER_TENANTS, so a client
+# sending arbitrary tenant ids cannot grow the series without bound.
+MAX_TENANT_LABELS = 1000
+OTHER_TENANTS = "(other)"
 
 
 class ServerMetrics:
@@ -88,8 +92,9 @@ class ModelMetrics:
             registry=registry,
         )
         self.tenant_tokens = Counter(
-            "arbi_tenant_tokens", "Prompt and output tokens by kind and tenant (the prefix-cache namespace: the API key's "
-            "tenant, else the request's tenant_id; the first 1000 tenants, the rest as '(other)')",
+            "arbi_tenant_tokens",
+            "Prompt and output tokens by kind and tenant (the prefix-cache namespace: the API key's tenant, else the "
+            f"request's tenant_id; the first {MAX_TENANT_LABELS} tenants, the rest as '{OTHER_TENANTS}')",
             ["tenant", "kind"], registry=registry,
         )
         self.request_prompt_tokens = Histogram(
