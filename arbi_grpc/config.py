@@ -102,6 +102,12 @@ class _EngineFields(SchedulingLimits):
            f"codes. 0 = the blocks of the newest {DEFAULT_EXACT_WINDOW_TOKENS} tokens (4 at --block-size 16); else "
            f"1..{MAX_KV_EXACT_BLOCKS}, at most {MAX_EXACT_WINDOW_TOKENS} tokens with --block-size"
     )
+    kv_prefill_exact: str = setting(
+        "chunk", "TKV: what a prefill chunk reads exactly. chunk: its own tokens and the window before it, codes only "
+                 "for the cached prefix (prefill at about a bf16 cache's speed; a prompt's numbers then depend on where "
+                 "its chunks start, so on the load and on prefix-cache hits); window: each query only its own window, "
+                 "as a decode step does (numbers independent of chunking, batching and prefix-cache hits)"
+    )
     block_size: int = setting(16, "tokens per KV cache block")
     kv_cache_memory_mib: int = setting(
         0, "memory of the KV cache pool in MiB (0 = sized from the device: on the CPU what --max-running-requests "
@@ -187,6 +193,8 @@ class EngineConfig(_EngineFields):
                 f"the {self.attention_backend!r} attention kernels read a KV cache in the weights' dtype "
                 f"({self.dtype!r}), not {self.kv_cache_dtype!r}; use --kv-cache-dtype auto, or --attention-backend torch",
             )
+        if self.kv_prefill_exact not in ("chunk", "window"):
+            raise InvalidArgumentError("kv_prefill_exact", f"must be 'chunk' or 'window', got {self.kv_prefill_exact!r}")
         if self.kv_cache_dtype != "tkv":
             for name in ("kv_bits", "kv_calibration"):
                 if getattr(self, name):

@@ -15,6 +15,10 @@ Compile time: every case schema compiled by the engine's `ConstraintCompiler` wi
 
     python -m benchmarks.structured_output --out bench-results/structured_output.json
     python -m benchmarks.structured_output --device cuda --batches 1,32,128
+
+`--model` serves another model (a name or directory, as `serve --model`): on a GPU machine without the embedded
+GGUF, a directory of random weights of SmolLM2's shape with its tokenizer (benchmarks.serving.write_model_dir)
+measures the same masks, over other tokens.
 """
 
 from __future__ import annotations
@@ -128,11 +132,12 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the model served (default: the embedded SmolLM2)")
     parser.add_argument("--kv-cache-mib", type=int, default=512)
     parser.add_argument("--out", type=Path, default=Path("bench-results/structured_output.json"))
     args = parser.parse_args()
     batches = [int(batch) for batch in args.batches.split(",")]
-    config = EngineConfig(model=str(resolve_model(DEFAULT_MODEL).directory), device=args.device,
+    config = EngineConfig(model=str(resolve_model(args.model).directory), device=args.device,
                           kv_cache_memory_mib=args.kv_cache_mib, max_running_requests=max(batches))
     served = build_served_model(config)
     try:

@@ -198,16 +198,18 @@ def write_cases(num_tokens: int, shape: TkvShape, generator: torch.Generator) ->
 
 
 def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Generator,
-                  tile_options: tuple[PrefillTiles | None, ...] = (None,)) -> list[BenchCase]:
-    """bf16 prefill, then TKV prefill with each of `tile_options` (None: the default tiles)."""
-    bench = build(shape, query_lens, query_lens, generator)
+                  tile_options: tuple[PrefillTiles | None, ...] = (None,), prefix_len: int = 0) -> list[BenchCase]:
+    """bf16 prefill of chunks of `query_lens` tokens after `prefix_len` cached ones, then TKV prefill with each of
+    `tile_options` (None: the default tiles) under both rules of what a chunk reads exact (tkv_prefill_attention:
+    `chunk`, its own tokens; `window`, each query's window only)."""
+    bench = build(shape, query_lens, [q + prefix_len for q in query_lens], generator)
     batch, layer = bench.paged, bench.layer
     bf16_arguments = (batch.query.bfloat16(), batch.key_cache, batch.value_cache, batch.block_tables,
                       batch.query_start_loc, batch.seq_lens, batch.softmax_scale)
     tkv_arguments = (batch.query, layer, batch.block_tables, batch.query_start_loc, batch.seq_lens,
                      *bench.exact_arguments(), batch.softmax_scale)
     bounds = {"max_query_len": max(query_lens)}  # no host sync: the calls replay in a CUDA graph
-    pairs = sum(q * (q + 1) // 2 for q in query_lens)
+    pairs = sum(q * (q + 1) // 2 + q * prefix_len for q in query_lens)
     flops = 4 * pairs * shape.num_heads * shape.head_dim
     tokens = sum(query_lens)
     return [
@@ -217,19 +219,22 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
                       paged_prefill_attention(*bf16_arguments),
                       reference.paged_prefill_attention_reference(*bf16_arguments), atol=1.6e-2, rtol=1.6e-2),
                   flops=flops,
-                  bytes_moved=2 * tokens * shape.num_kv_heads * shape.head_dim * BF16_BYTES),
+                  bytes_moved=2 * (tokens + prefix_len * len(query_lens)) * shape.num_kv_heads * shape.head_dim
+                  * BF16_BYTES),
     ] + [
         BenchCase(
-            kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits}",
+            kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits} {'chunk' if chunk_exact else 'window'}",
             shape=f"{bench.label} m={chosen.block_m} n={chosen.block_n} w={chosen.num_warps}",
-            run=lambda tiles=tiles: tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles, **bounds),
-            check=lambda tiles=tiles: assert_tkv_close(tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles),
-                                                       tkv_paged_prefill_attention_reference(*tkv_arguments),
-                                                       torch.float16),
-            flops=flops, bytes_moved=tokens * tkv_token_bytes(shape),
+            run=lambda tiles=tiles, chunk_exact=chunk_exact: tkv_paged_prefill_attention(
+                *tkv_arguments, tiles=tiles, chunk_exact=chunk_exact, **bounds),
+            check=lambda tiles=tiles, chunk_exact=chunk_exact: assert_tkv_close(
+                tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles, chunk_exact=chunk_exact),
+                tkv_paged_prefill_attention_reference(*tkv_arguments, chunk_exact=chunk_exact), torch.float16),
+            flops=flops, bytes_moved=(tokens + prefix_len * len(query_lens)) * tkv_token_bytes(shape),
         )
         for tiles in tile_options
         for chosen in (tiles or default_tkv_prefill_tiles(shape.head_dim),)
+        for chunk_exact in (True, False)
     ]
 
 

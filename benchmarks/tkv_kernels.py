@@ -12,7 +12,9 @@ the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (b
 register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32. --decode-only times just
 the K4V4 decode kernel at 32k context (batch 32 and 8) against bf16: the first kernel's predicated word loads
 (mask_words=True) next to the current default, other tiles and split counts, in about a minute.
-Usage: python -m benchmarks.tkv_kernels [--output bench-results/tkv.json] [--sweep | --decode-only]
+--prefill-only times bf16 and TKV prefill (both rules of what a chunk reads exact) of 4 x 2,048-token prompts and
+of 512-token chunks after 1,536 cached tokens, at several tile shapes.
+Usage: python -m benchmarks.tkv_kernels [--output bench-results/tkv.json] [--sweep | --decode-only | --prefill-only]
 """
 
 from __future__ import annotations
@@ -146,8 +148,17 @@ def other_cases(generator: torch.Generator) -> list[BenchCase]:
     cases += transform_cases(32, generator) + transform_cases(8192, generator)
     for num_tokens in WRITE_TOKEN_COUNTS:
         cases += write_cases(num_tokens, llama_tkv(), generator)
-    cases += prefill_cases(llama_tkv(), [2048] * 4, generator)
-    return cases
+    return cases + prefill_only_cases(generator)
+
+
+PREFILL_CHUNKS = (([2048] * 4, 0), ([512] * 4, 1536))  # four prompts whole, and the last chunks of chunked ones
+
+
+def prefill_only_cases(generator: torch.Generator, tile_options: tuple[PrefillTiles | None, ...] = (None,)
+                       ) -> list[BenchCase]:
+    """bf16 and TKV prefill (both rules) of PREFILL_CHUNKS with each of `tile_options`."""
+    return [case for query_lens, prefix_len in PREFILL_CHUNKS
+            for case in prefill_cases(llama_tkv(), query_lens, generator, tile_options, prefix_len)]
 
 
 SWEEP_DECODE_TILES = (  # registers per thread on sm_90 (ptxas): 110, 124, 110, 124, 176, 96 + spills, 146,
@@ -232,6 +243,8 @@ def main() -> int:
     modes.add_argument("--sweep", action="store_true", help="also time TKV decode tiles and split counts at 32k")
     modes.add_argument("--decode-only", action="store_true",
                        help="only the K4V4 decode variants at 32k against bf16 (DECODE_ONLY_VARIANTS)")
+    modes.add_argument("--prefill-only", action="store_true",
+                       help="only bf16 and TKV prefill (PREFILL_CHUNKS), the default tiles and the sweep's")
     arguments = parser.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/tkv_kernels.py needs a CUDA GPU", file=sys.stderr)
@@ -250,6 +263,14 @@ def main() -> int:
         print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}\n\n{table}")
         print(f"\nwritten to {arguments.output}")
         return 0 if all(r.correct for r in variants) else 1
+    if arguments.prefill_only:
+        tiles = (None, PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 64, 4))
+        results = [measure(case, flush) for case in prefill_only_cases(generator, tiles)]
+        summary["prefill"] = [asdict(r) for r in results]
+        arguments.output.write_text(json.dumps(summary, indent=2))
+        print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}\n")
+        print(format_table(results) + f"\n\nwritten to {arguments.output}")
+        return 0 if all(r.correct for r in results) else 1
     decode, speedups = decode_grid(generator, flush)
     summary |= {"decode": [asdict(r) for r in decode], "speedups": speedups}
     arguments.output.write_text(json.dumps(summary, indent=2))  # kept even if a later part fails

@@ -71,7 +71,8 @@ def build_kv_cache(
         return TkvPagedKVCache(tkv_calibration, num_blocks=num_blocks, block_size=config.block_size,
                                device=config.device,
                                num_sink_blocks=num_sink_blocks(num_blocks, config.max_running_requests),
-                               num_tail_slots=config.max_running_requests, exact_blocks=config.kv_exact_window_blocks)
+                               num_tail_slots=config.max_running_requests, exact_blocks=config.kv_exact_window_blocks,
+                               chunk_exact=config.kv_prefill_exact == "chunk")
     return PagedKVCache.for_model(
         model_config,
         num_blocks=num_blocks,

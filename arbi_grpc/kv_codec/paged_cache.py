@@ -113,7 +113,8 @@ class TkvPagedKVCache:
     """The TKV storage of every layer for `num_blocks` blocks of `block_size` tokens, zeroed at creation, with sink
     rows for the first `num_sink_blocks` blocks (all of them when None) and `num_tail_slots` tail slots (the
     sequences that may run at once) of `exact_blocks` blocks each (E: a query reads its own block and the E - 1
-    before it exactly).
+    before it exactly). `chunk_exact`: a prefill chunk's queries also read the chunk's own tokens, and the window
+    of its first query, exactly (--kv-prefill-exact chunk; docs/tkv.md, "Exact window").
 
     Built from a TkvCalibration (its per-layer bits are the ones stored; `calibration.engine_bundle` applies
     --kv-bits before). `codec(i)` is layer i's TkvLayerCodec over the same device transform tensors.
@@ -121,7 +122,7 @@ class TkvPagedKVCache:
 
     def __init__(
         self, calibration: TkvCalibration, *, num_blocks: int, block_size: int, device: torch.device | str,
-        num_sink_blocks: int | None = None, num_tail_slots: int, exact_blocks: int = 1,
+        num_sink_blocks: int | None = None, num_tail_slots: int, exact_blocks: int = 1, chunk_exact: bool = True,
     ) -> None:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size), ("num_tail_slots", num_tail_slots)):
             if value <= 0:
@@ -143,6 +144,7 @@ class TkvPagedKVCache:
         self.num_sink_blocks = num_sink_blocks
         self.num_tail_slots = num_tail_slots
         self.exact_blocks = exact_blocks
+        self.chunk_exact = chunk_exact
         self.block_size = block_size
         self.num_kv_heads = calibration.num_kv_heads
         self.head_dim = calibration.head_dim

@@ -1,7 +1,8 @@
 """The TKV attention backend in plain torch (CPU and GPU): encode new K/V into their slots and the sink pool,
 then attend each sequence's transformed queries over its own blocks, decoded to the code space, except the
-query's exact window, its own block and the `exact_blocks - 1` before it, which are read exactly (docs/tkv.md,
-"Exact window"); last, keep each sequence's last `exact_blocks` blocks exact in the ring of its tail slot for
+query's exact window, its own block and the `exact_blocks - 1` before it, which are read exactly, and with the
+cache's `chunk_exact` a prefill chunk's own tokens and the window of its first query (docs/tkv.md, "Exact
+window"); last, keep each sequence's last `exact_blocks` blocks exact in the ring of its tail slot for
 the next steps.
 
 Keys and values attention reads went through the codec (write first, then attend), except sink positions (from
@@ -51,7 +52,8 @@ class TkvTorchPagedAttention(DecodeGroups):
                             accumulated)
         query_starts = (0, *accumulate(metadata.query_lens_host))
         for sequence in metadata.prefill_sequence_indices:
-            _attend_prefill(transformed, storage, metadata, exact, sequence, query_starts, accumulated)
+            _attend_prefill(transformed, storage, metadata, exact, sequence, query_starts, accumulated,
+                            kv_cache.chunk_exact)
         store_tail(storage, exact, metadata)
         return transform_output(accumulated, storage, query.dtype)
 
@@ -196,23 +198,41 @@ def _attend_prefill(
     sequence: int,
     query_starts: tuple[int, ...],
     accumulated: Tensor,
+    chunk_exact: bool,
 ) -> None:
-    """One multi-token chunk, block by block of its queries: the queries of one block see its window (their own
-    block and the `exact_blocks - 1` before it) exactly, from the tail ring before this chunk and from `exact`
-    for the chunk's tokens, and the earlier blocks decoded."""
+    """One multi-token chunk. With `chunk_exact` all its queries at once, over the chunk's tokens (from `exact`)
+    and its first query's window before it (from the tail ring) exactly, the earlier blocks decoded; else block by
+    block of its queries: the queries of one block see their own window (their block and the `exact_blocks - 1`
+    before it) exactly, the earlier blocks decoded."""
     block_size, exact_blocks = storage.block_size, storage.exact_blocks
     query_len = metadata.query_lens_host[sequence]
     seq_len = metadata.seq_lens_host[sequence]
     prefix_len = seq_len - query_len
     start = query_starts[sequence]
     table = metadata.block_tables[sequence, : -(-seq_len // block_size)].long()  # [nb]
+    exact_start = exact_window_start(prefix_len, block_size, exact_blocks)  # the first query's window
+    slot = metadata.batch_slots[sequence].long()
+    ring_rows = storage.ring_rows(torch.arange(exact_start, prefix_len, device=transformed.device))
+    if chunk_exact:  # decoded before exact_start (a whole block), exact from there on, for every query
+        decoded_keys, decoded_values = (
+            decoded.flatten(0, 1) for decoded in storage.decoded_blocks(table[: exact_start // block_size])
+        )
+        context_keys, context_values = (
+            torch.cat([decoded, tail[slot].index_select(0, ring_rows).float(),
+                       new[start : start + query_len].float()])[None]
+            for decoded, tail, new in ((decoded_keys, storage.key_tail, exact.keys),
+                                       (decoded_values, storage.value_tail, exact.values))
+        )  # [1, L, Hkv, D]
+        _overlay_sinks(storage, table[:1], context_keys, context_values)
+        allowed = torch.ones(query_len, seq_len, dtype=torch.bool, device=transformed.device).tril(prefix_len)
+        rows = slice(start, start + query_len)
+        accumulated[rows] = grouped_query_attention(transformed[rows][None], context_keys, context_values,
+                                                    allowed[None])[0]
+        return
     decoded_keys, decoded_values = (
         decoded.flatten(0, 1)[None, :seq_len] for decoded in storage.decoded_blocks(table)
     )  # [1, L, Hkv, D]
     _overlay_sinks(storage, table[:1], decoded_keys, decoded_values)
-    exact_start = exact_window_start(prefix_len, block_size, exact_blocks)  # the first query's window
-    slot = metadata.batch_slots[sequence].long()
-    ring_rows = storage.ring_rows(torch.arange(exact_start, prefix_len, device=transformed.device))
     # The context the current query block reads: decoded before its window, exact from there on (positions from
     # exact_start on are set exact once, then given back to their decoded values as the window moves on).
     contexts = []

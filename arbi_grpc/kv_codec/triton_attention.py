@@ -1,7 +1,8 @@
 """The TKV attention backend on the Triton kernels: quantize this step's K/V into their slots (write_tkv_cache,
 which also returns them exact in the code space), transform the queries into the key code space, attend with the
-fused-dequantization decode or prefill kernel (each query's exact window read exact: this step's tokens from the exact
-buffers, earlier ones from the sequence's tail slot, docs/tkv.md), keep each sequence's last blocks in its tail
+fused-dequantization decode or prefill kernel (each query's exact window, and with the cache's `chunk_exact` a
+prefill chunk's own tokens, read exact: this step's tokens from the exact buffers, earlier ones from the sequence's
+tail slot, docs/tkv.md), keep each sequence's last blocks in its tail
 slot (store_tkv_tail, after attention), and bring the output back from the value code space. The two transforms
 are one kernel launch each (arbi_kernels.tkv_transforms), tested bit for bit against attention_transforms, the
 torch backend's.
@@ -81,6 +82,7 @@ class TkvTritonPagedAttention:
             accumulated = tkv_paged_prefill_attention(
                 transformed, storage, metadata.block_tables, metadata.query_start_loc, metadata.seq_lens, *exact,
                 softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
+                chunk_exact=kv_cache.chunk_exact,
             )
         store_tkv_tail(key_exact, value_exact, storage, metadata.query_start_loc, metadata.seq_lens,
                        metadata.batch_slots)  # after attention: a chunk may still read the old tail rows

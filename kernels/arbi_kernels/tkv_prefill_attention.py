@@ -1,16 +1,25 @@
 """Paged prefill/extend attention over a TKV cache: the new tokens of a varlen batch attend causally to their
-cached prefix and to each other, keys and values decoded from their codes in registers, except that a query
-reads the keys of its exact window (its own block and the E - 1 before it, at or after sink_tokens; E from the
-tail's shape) exact (docs/tkv.md): this step's tokens from the exact buffers write_tkv_cache returns, the window's
-earlier ones from the sequence's tail slot (a ring of E blocks).
+cached prefix and to each other, keys and values decoded from their codes in registers where the rule of the
+call reads them coded (docs/tkv.md, "Exact window"), exact in the code space elsewhere: this step's tokens from the
+exact buffers write_tkv_cache returns, earlier ones from the sequence's tail slot (a ring of E blocks; E from the
+tail's shape). Two rules:
+
+- `chunk_exact=True` (the engine's default): every query of a chunk reads the chunk's own tokens and the exact
+  window of its first query (the block holding the chunk's first token and the E - 1 before it) exact, only the
+  cached prefix before that window from codes. A fresh prompt's chunk is then a plain flash-attention over fp16
+  tiles, with no decoding; a prompt's numbers depend on where its chunks start.
+- `chunk_exact=False`: each query reads exact only its own window (its own block and the E - 1 before it), as a
+  decode step does, so a prompt's numbers do not depend on its chunking or prefix-cache hits (a prefill re-scores
+  generated tokens exactly). Keys are then scored and summed both decoded and exact where the windows of the
+  program's rows differ.
 
 The launch mirrors the bf16 kernel (prefill_attention.py): a program takes BLOCK_M consecutive new q' rows of
 one sequence and one query head. Its tiles come in three runs: the sink prefix (positions below sink_tokens,
-from the fp16 sink pool, causally masked), the coded tiles wholly before the exact window of the program's first
-query (no mask, so no row's exact key among them; masked where they overlap the sink prefix), and the tiles up to
-the diagonal (causal mask), where each key is scored and summed both decoded and exact and every row takes the
-one its window asks for. Rows never see an all-masked first tile: the sink tile shows every row position 0, and
-without sinks the first masked tile starts at a key every row may see. The new tokens must already be written.
+from the fp16 sink pool, causally masked), the coded tiles wholly before the program's exact region (no causal
+mask, so no row's exact key among them; masked where they overlap the sink prefix), and the tiles from there up
+to the diagonal (causal mask). Rows never see an all-masked first tile: the sink tile shows every row position 0,
+and without sinks the first masked tile starts at a key every row may see. The new tokens must already be
+written.
 """
 
 from __future__ import annotations
@@ -123,6 +132,27 @@ def _attend_causal_tile(
     return m_i, l_i, accumulate_values(acc, tl.where(own, p, 0.0), v, DOT_PRECISION)
 
 
+@triton.jit
+def _attend_exact_tile(
+    q, keys, visible, exact, prefix_len, q_begin, tail_slot, kv_head, num_kv_heads, m_i, l_i, acc,
+    key_tail_ptr, key_exact_ptr, value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Fold the positions `keys` (where `exact`), read exact, into (m_i, l_i, acc): from this step's buffers at or
+    after prefix_len, from the tail ring before."""
+    from_tail = exact & (keys < prefix_len)
+    from_step = exact & (keys >= prefix_len)
+    tail_rows = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS)
+    step_rows = (q_begin + keys - prefix_len).to(tl.int64)
+    k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    m_i, l_i, acc, p = online_softmax_update(tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION),
+                                             visible, m_i, l_i, acc, True)
+    v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION)
+
+
 @triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
 def _tkv_prefill_kernel(
     q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
@@ -134,6 +164,7 @@ def _tkv_prefill_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CHUNK_EXACT: tl.constexpr,
 ):
     query_tile = tl.program_id(0)
     seq = tl.program_id(1)
@@ -165,10 +196,12 @@ def _tkv_prefill_kernel(
     offsets_n = tl.arange(0, BLOCK_N)
 
     first_query = prefix_len + tile_first_row
-    first_block_start = window_start(first_query, PAGE_SIZE, EXACT_BLOCKS)  # no row reads a key before it exact
+    # No row reads a key before first_block_start exact: the chunk's first query's window (CHUNK_EXACT: every
+    # row reads exact from there on), else the program's first query's.
+    first_block_start = window_start(prefix_len if CHUNK_EXACT else first_query, PAGE_SIZE, EXACT_BLOCKS)
     exact_start = tl.maximum(first_block_start, SINK_TOKENS)
     tail_slot = tl.load(tail_slots_ptr + seq)
-    coded_start = 0
+    causal_end = tl.minimum(seq_len, first_query + BLOCK_M)  # keys past the program's last query are unseen
     if SINK_TOKENS > 0:
         tokens = tl.arange(0, SINK_PAD)
         in_sink = (tokens < SINK_TOKENS) & (tokens < seq_len)
@@ -177,12 +210,57 @@ def _tkv_prefill_kernel(
             q, tokens, sink_visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
             key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
         )
-        # Tiles overlapping the sink prefix: mask the sink positions out (and the causal part, if any).
-        coded_start = tl.minimum((SINK_TOKENS + BLOCK_N - 1) // BLOCK_N * BLOCK_N, seq_len)
-        for tile_start in range(0, coded_start, BLOCK_N):
+    if CHUNK_EXACT:
+        # The cached prefix before the exact region, coded and visible to every row (all before prefix_len).
+        coded_end = tl.where(exact_start > SINK_TOKENS, exact_start, 0)
+        for tile_start in range(SINK_TOKENS // BLOCK_N * BLOCK_N, coded_end, BLOCK_N):
             keys = tile_start + offsets_n
-            coded = (keys >= SINK_TOKENS) & (keys < seq_len)
-            visible = coded[None, :] & (keys[None, :] <= q_positions[:, None])
+            coded = (keys >= SINK_TOKENS) & (keys < coded_end)
+            m_i, l_i, acc = attend_coded_tile(
+                q, keys, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+                key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            )
+        # From there to the diagonal, every key exact.
+        for tile_start in range(exact_start, causal_end, BLOCK_N):
+            keys = tile_start + offsets_n
+            exact = keys < seq_len
+            visible = exact[None, :] & (keys[None, :] <= q_positions[:, None])
+            m_i, l_i, acc = _attend_exact_tile(
+                q, keys, visible, exact, prefix_len, q_begin, tail_slot, kv_head, num_kv_heads, m_i, l_i, acc,
+                key_tail_ptr, key_exact_ptr, value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head,
+                HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION,
+            )
+    else:
+        coded_start = 0
+        if SINK_TOKENS > 0:
+            # Tiles overlapping the sink prefix: mask the sink positions out (and the causal part, if any).
+            coded_start = tl.minimum((SINK_TOKENS + BLOCK_N - 1) // BLOCK_N * BLOCK_N, seq_len)
+            for tile_start in range(0, coded_start, BLOCK_N):
+                keys = tile_start + offsets_n
+                coded = (keys >= SINK_TOKENS) & (keys < seq_len)
+                visible = coded[None, :] & (keys[None, :] <= q_positions[:, None])
+                m_i, l_i, acc = _attend_causal_tile(
+                    q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot,
+                    block_table_row, kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr,
+                    key_zero_ptr, key_tail_ptr, key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                    value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS,
+                    GROUP, HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION,
+                )
+        # Whole tiles before the first query's exact window: visible to every row, coded for every row, no mask.
+        unmasked_end = tl.maximum((first_block_start // BLOCK_N) * BLOCK_N, coded_start)
+        for tile_start in range(coded_start, unmasked_end, BLOCK_N):
+            keys = tile_start + offsets_n
+            m_i, l_i, acc = attend_coded_tile(
+                q, keys, row_valid[:, None], keys < unmasked_end, block_table_row, kv_head, num_kv_heads, m_i, l_i,
+                acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                False, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            )
+        # Up to the tile's last query: the causal mask applies.
+        for tile_start in range(unmasked_end, causal_end, BLOCK_N):
+            keys = tile_start + offsets_n
+            coded = keys < seq_len
+            visible = (keys[None, :] <= q_positions[:, None]) & coded[None, :]  # [BLOCK_M, BLOCK_N]
             m_i, l_i, acc = _attend_causal_tile(
                 q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row,
                 kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr,
@@ -190,30 +268,6 @@ def _tkv_prefill_kernel(
                 stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE,
                 EXACT_BLOCKS, DOT_PRECISION,
             )
-
-    # Whole tiles before the first query's exact window are visible to every row and coded for every row: no mask.
-    unmasked_end = tl.maximum((first_block_start // BLOCK_N) * BLOCK_N, coded_start)
-    for tile_start in range(coded_start, unmasked_end, BLOCK_N):
-        keys = tile_start + offsets_n
-        m_i, l_i, acc = attend_coded_tile(
-            q, keys, row_valid[:, None], keys < unmasked_end, block_table_row, kv_head, num_kv_heads, m_i, l_i,
-            acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-            False, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
-        )
-
-    # Up to the tile's last query: the causal mask applies.
-    causal_end = tl.minimum(seq_len, first_query + BLOCK_M)
-    for tile_start in range(unmasked_end, causal_end, BLOCK_N):
-        keys = tile_start + offsets_n
-        coded = keys < seq_len
-        visible = (keys[None, :] <= q_positions[:, None]) & coded[None, :]  # [BLOCK_M, BLOCK_N]
-        m_i, l_i, acc = _attend_causal_tile(
-            q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row,
-            kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr,
-            key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
-            stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS,
-            DOT_PRECISION,
-        )
 
     output = acc / l_i[:, None]
     out_ptrs = out_ptr + token_rows[:, None] * stride_out_token + q_head * stride_out_head + dims[None, :]
@@ -233,6 +287,7 @@ def tkv_paged_prefill_attention(
     max_query_len: int | None = None,
     tiles: PrefillTiles | None = None,
     compute_dtype: torch.dtype = torch.float16,
+    chunk_exact: bool = True,
 ) -> torch.Tensor:
     """Causal attention acc [T, Hq, D] (float32, value code space) of the new tokens' q' [T, Hq, D].
 
@@ -243,6 +298,8 @@ def tkv_paged_prefill_attention(
     before the step (store_tkv_tail, run after this kernel; E = exact_window_blocks(layer)), which the step's
     exact windows read. max_query_len: an upper bound on new tokens per sequence (None reads it: a device sync).
     tiles: None takes default_tkv_prefill_tiles(head_dim). compute_dtype: as tkv_paged_decode_attention.
+    chunk_exact: which keys a query reads exact (the module's docstring): the chunk's own tokens and its first
+    query's window (True), or only the query's own window, as decode does (False).
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
     exact_blocks = exact_window_blocks(layer)
@@ -292,6 +349,6 @@ def tkv_paged_prefill_attention(
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=prefill_sink_tile_size(layer.sink_tokens, tiles), HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, EXACT_BLOCKS=exact_blocks, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         COMPUTE_DTYPE=triton_dtype(compute_dtype), DOT_PRECISION=compute_precision(compute_dtype),
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        CHUNK_EXACT=chunk_exact, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return output

@@ -27,7 +27,7 @@ def test_replays_stage_the_scheduled_batch_slots_and_generate_what_the_cpu_engin
     config, calibration = smollm2_layers_with_k4v4(4)
     common = {"max_model_len": 512, "max_step_tokens": 96, "max_prefill_chunk_tokens": 64,
               "enable_prefix_cache": True, "kv_cache_memory_mib": 256, "kv_cache_dtype": "tkv",
-              "kv_calibration": "random"}
+              "kv_calibration": "random", "kv_prefill_exact": "window"}  # rescoring needs chunk-free numbers
     cpu_config = EngineConfig(device="cpu", attention_backend="torch", max_running_requests=16, **common)
     gpu_config = EngineConfig(device="cuda", dtype="float32", attention_backend="triton", max_running_requests=4,
                               cuda_graph_max_batch=4, **common)

@@ -65,7 +65,7 @@ def test_gpu_tkv_generation_rescored_by_the_cpu_tkv_engine(head_dim: int, graph_
     # window"); test_tkv_exact_window_cuda.py compares that on both devices under the same schedule.
     common = dict(max_model_len=1024, max_running_requests=16, max_step_tokens=160, max_prefill_chunk_tokens=128,
                   enable_prefix_cache=True, kv_cache_memory_mib=256, kv_cache_dtype="tkv", kv_calibration="random",
-                  kv_exact_blocks=1)
+                  kv_exact_blocks=1, kv_prefill_exact="window")  # chunk-free numbers: a prefill re-scores decodes
     cpu_config = EngineConfig(device="cpu", attention_backend="torch", **common)
     gpu_config = EngineConfig(device="cuda", dtype="float32", attention_backend="triton",
                               cuda_graph_max_batch=graph_batch, **common)

@@ -41,7 +41,8 @@ def _setup(exact_blocks: int, enable_prefix_cache: bool):
     config, calibration = smollm2_layers_with_k4v4(4)
     common = {"max_model_len": 1024, "max_step_tokens": 160, "max_prefill_chunk_tokens": 64,
               "kv_cache_memory_mib": 256, "kv_cache_dtype": "tkv", "kv_calibration": "random",
-              "kv_exact_blocks": exact_blocks, "enable_prefix_cache": enable_prefix_cache, "block_size": BLOCK_SIZE}
+              "kv_exact_blocks": exact_blocks, "enable_prefix_cache": enable_prefix_cache, "block_size": BLOCK_SIZE,
+              "kv_prefill_exact": "window"}  # chunk-free numbers: a prefill re-scores decodes
     cpu_config = EngineConfig(device="cpu", attention_backend="torch", max_running_requests=16, **common)
     gpu_config = EngineConfig(device="cuda", dtype="float32", attention_backend="triton", max_running_requests=4,
                               cuda_graph_max_batch=4, **common)

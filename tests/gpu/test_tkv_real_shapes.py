@@ -73,9 +73,10 @@ def _decode(batch: TkvBatch, **kwargs) -> torch.Tensor:
     return expected
 
 
-def _prefill(batch: TkvBatch, **kwargs) -> torch.Tensor:
-    expected = tkv_paged_prefill_attention_reference(*_prefill_arguments(batch))
-    assert_tkv_close(tkv_paged_prefill_attention(*_prefill_arguments(batch), **kwargs), expected, torch.float16)
+def _prefill(batch: TkvBatch, chunk_exact: bool = True, **kwargs) -> torch.Tensor:
+    expected = tkv_paged_prefill_attention_reference(*_prefill_arguments(batch), chunk_exact=chunk_exact)
+    assert_tkv_close(tkv_paged_prefill_attention(*_prefill_arguments(batch), chunk_exact=chunk_exact, **kwargs),
+                     expected, torch.float16)
     return expected
 
 
@@ -203,30 +204,33 @@ def test_decode_replays_in_a_cuda_graph(device, generator):
 
 
 @pytest.mark.parametrize(("head_dim", "group_size", "page_size", "key_bits", "value_bits"), LAYOUTS)
-def test_prefill_ragged_batch_with_cached_prefixes(head_dim, group_size, page_size, key_bits, value_bits, device,
-                                                   generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_prefill_ragged_batch_with_cached_prefixes(head_dim, group_size, page_size, key_bits, value_bits, chunk_exact,
+                                                   device, generator):
     query_lens = [1, *torch.randint(2, 1025, (3,), generator=generator, device=device).tolist()]
     prefixes = [0, *torch.randint(0, 3001, (3,), generator=generator, device=device).tolist()]
     seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
     shape = TkvShape(group_size * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, page_size, key_bits, value_bits)
-    _prefill(random_tkv_batch(shape, query_lens, seq_lens, device, generator))
+    _prefill(random_tkv_batch(shape, query_lens, seq_lens, device, generator), chunk_exact)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_prefill_long_prompt_and_long_prefix(head_dim, device, generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_prefill_long_prompt_and_long_prefix(head_dim, chunk_exact, device, generator):
     """A 4k-token prompt from scratch next to a 1k-token chunk extending a 31k-token cached prefix."""
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, 4, 4, 32, sink_tokens=1)
-    _prefill(random_tkv_batch(shape, [4096, 1024], [4096, 32768], device, generator))
+    _prefill(random_tkv_batch(shape, [4096, 1024], [4096, 32768], device, generator), chunk_exact)
 
 
 @pytest.mark.parametrize("tiles", [PrefillTiles(64, 64, 8), PrefillTiles(64, 64, 4), PrefillTiles(32, 64, 8),
                                    PrefillTiles(32, 32, 4), PrefillTiles(16, 16, 4), PrefillTiles(128, 64, 8)])
 @pytest.mark.parametrize(("head_dim", "sink_tokens"), [(64, 1), (128, 1), (128, 4), (128, 0)])
-def test_prefill_every_tile_shape_with_and_without_sinks(tiles, head_dim, sink_tokens, device, generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_prefill_every_tile_shape_with_and_without_sinks(tiles, head_dim, sink_tokens, chunk_exact, device, generator):
     """Regression: 8 warps over a 64-row tile miscompiled the 16-key sink tile (wrong outputs at D=128, an illegal
     address at D=64); the sink tile now spans a whole key tile (prefill_sink_tile_size)."""
     shape = TkvShape(4 * NUM_KV_HEADS, NUM_KV_HEADS, head_dim, 16, 4, 4, 32, sink_tokens=sink_tokens)
-    _prefill(random_tkv_batch(shape, [1, 300, 700], [1, 1300, 700], device, generator), tiles=tiles)
+    _prefill(random_tkv_batch(shape, [1, 300, 700], [1, 1300, 700], device, generator), chunk_exact, tiles=tiles)
 
 
 @pytest.mark.parametrize("tiles", [PLAIN_DECODE_TILES, DEFAULT_DECODE_TILES,

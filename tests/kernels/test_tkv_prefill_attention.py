@@ -1,7 +1,8 @@
-"""TKV paged prefill/extend attention against the torch reference: cached prefixes, sinks inside and beyond the
-first tile, GQA, bits, each query's exact window read exact (its own block and the E - 1 before it, E = 1, 2, 3;
-chunks from mid-block across block boundaries, the window's earlier positions from the tail slot's ring), and the
-write and tail kernels feeding attention as the engine runs them (write, attend, store the tail)."""
+"""TKV paged prefill/extend attention against the torch reference, under both rules of what a query reads exact
+(the chunk's tokens and its first query's window, or only the query's own window): cached prefixes, sinks inside
+and beyond the first tile, GQA, bits, exact windows of E = 1, 2, 3 blocks (chunks from mid-block across block
+boundaries, the window's earlier positions from the tail slot's ring), where the two rules agree and differ, and
+the write and tail kernels feeding attention as the engine runs them (write, attend, store the tail)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ def _arguments(batch: TkvBatch) -> tuple:
             batch.key_exact, batch.value_exact, batch.softmax_scale)
 
 
-def _check(batch: TkvBatch, compute_dtype: torch.dtype, tiles: PrefillTiles = SMALL_TILES) -> torch.Tensor:
-    expected = tkv_paged_prefill_attention_reference(*_arguments(batch))
-    assert_tkv_close(tkv_paged_prefill_attention(*_arguments(batch), tiles=tiles, compute_dtype=compute_dtype),
+def _check(batch: TkvBatch, compute_dtype: torch.dtype, tiles: PrefillTiles = SMALL_TILES,
+           chunk_exact: bool = True) -> torch.Tensor:
+    expected = tkv_paged_prefill_attention_reference(*_arguments(batch), chunk_exact=chunk_exact)
+    assert_tkv_close(tkv_paged_prefill_attention(*_arguments(batch), tiles=tiles, compute_dtype=compute_dtype,
+                                                 chunk_exact=chunk_exact),
                      expected, compute_dtype)
     return expected
 
@@ -53,7 +56,9 @@ def _check(batch: TkvBatch, compute_dtype: torch.dtype, tiles: PrefillTiles = SM
         (32, PrefillTiles(block_m=16, block_n=64, num_warps=4), 0, torch.float16),
     ],
 )
-def test_own_block_exact_for_chunks_from_mid_block(page_size, tiles, sink_tokens, compute_dtype, device, generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_own_block_exact_for_chunks_from_mid_block(page_size, tiles, sink_tokens, compute_dtype, chunk_exact, device,
+                                                   generator):
     """Chunks that start mid-block (their first block's earlier positions come from the tail slot) and cross one
     or two block boundaries, a chunk from a block's start, a prompt; the result must tell exact from decoded."""
     offset = int(torch.randint(1, page_size, (1,), generator=generator))
@@ -62,8 +67,8 @@ def test_own_block_exact_for_chunks_from_mid_block(page_size, tiles, sink_tokens
     seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
     shape = TkvShape(4, 2, 64, page_size, 4, 4, 32, sink_tokens)
     batch = random_tkv_batch(shape, query_lens, seq_lens, device, generator)
-    expected = _check(batch, compute_dtype, tiles)
-    coded = tkv_paged_prefill_attention_reference(*_arguments(with_decoded_exact(batch)))
+    expected = _check(batch, compute_dtype, tiles, chunk_exact)
+    coded = tkv_paged_prefill_attention_reference(*_arguments(with_decoded_exact(batch)), chunk_exact=chunk_exact)
     with pytest.raises(AssertionError):
         assert_tkv_close(coded, expected, compute_dtype)
 
@@ -76,8 +81,9 @@ def test_own_block_exact_for_chunks_from_mid_block(page_size, tiles, sink_tokens
         (16, 3, PrefillTiles(block_m=16, block_n=16, num_warps=4), 1, torch.float16),  # windows span several tiles
     ],
 )
-def test_exact_window_for_chunks_from_mid_block(page_size, exact_blocks, tiles, sink_tokens, compute_dtype, device,
-                                                generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_exact_window_for_chunks_from_mid_block(page_size, exact_blocks, tiles, sink_tokens, compute_dtype, chunk_exact,
+                                                device, generator):
     """Chunks that start mid-block or at a block's start after a longer prefix (their first window's earlier
     positions come from the tail ring) and span several blocks, a prompt shorter than the window, a longer one;
     the result must differ from the one with the ring's rows decoded from codes."""
@@ -88,8 +94,9 @@ def test_exact_window_for_chunks_from_mid_block(page_size, exact_blocks, tiles, 
     seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
     shape = TkvShape(2, 1, 32, page_size, 4, 4, 16, sink_tokens, exact_blocks=exact_blocks)
     batch = random_tkv_batch(shape, query_lens, seq_lens, device, generator)
-    expected = _check(batch, compute_dtype, tiles)
-    coded = tkv_paged_prefill_attention_reference(*_arguments(with_decoded_exact(batch, tail_only=True)))
+    expected = _check(batch, compute_dtype, tiles, chunk_exact)
+    coded = tkv_paged_prefill_attention_reference(*_arguments(with_decoded_exact(batch, tail_only=True)),
+                                                  chunk_exact=chunk_exact)
     with pytest.raises(AssertionError):
         assert_tkv_close(coded[: sum(query_lens[:3])], expected[: sum(query_lens[:3])], compute_dtype)
 
@@ -98,23 +105,39 @@ def test_exact_window_for_chunks_from_mid_block(page_size, exact_blocks, tiles, 
     ("key_bits", "value_bits", "group_size", "sink_tokens", "compute_dtype"),
     [(4, 4, 1, 1, torch.float32), (3, 6, 4, 0, torch.float32), (2, 5, 2, 3, torch.float16)],
 )
-def test_ragged_batch_with_cached_prefixes(key_bits, value_bits, group_size, sink_tokens, compute_dtype, device,
-                                           generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_ragged_batch_with_cached_prefixes(key_bits, value_bits, group_size, sink_tokens, compute_dtype, chunk_exact,
+                                           device, generator):
     query_lens = [1, *torch.randint(2, 40, (2,), generator=generator).tolist()]
     prefixes = [0, 0, int(torch.randint(1, 60, (1,), generator=generator))]
     seq_lens = [q + p for q, p in zip(query_lens, prefixes)]
     shape = TkvShape(2 * group_size, 2, 64, 16, key_bits, value_bits, 16, sink_tokens)
-    _check(random_tkv_batch(shape, query_lens, seq_lens, device, generator), compute_dtype)
+    _check(random_tkv_batch(shape, query_lens, seq_lens, device, generator), compute_dtype, chunk_exact=chunk_exact)
 
 
-def test_sink_prefix_longer_than_a_tile(device, generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_sink_prefix_longer_than_a_tile(chunk_exact, device, generator):
     """20 sink positions against 16-key tiles: queries inside the sink prefix, and a chunk just after it."""
     shape = TkvShape(2, 1, 32, 32, 4, 4, 16, sink_tokens=20)
-    _check(random_tkv_batch(shape, [30, 6], [30, 26], device, generator), torch.float32)
+    _check(random_tkv_batch(shape, [30, 6], [30, 26], device, generator), torch.float32, chunk_exact=chunk_exact)
 
 
-@pytest.mark.parametrize(("page_size", "exact_blocks"), [(16, 1), (4, 3)])
-def test_write_then_attend_as_the_engine_does(page_size, exact_blocks, device, generator):
+def test_the_rules_agree_on_one_block_chunks_and_differ_on_longer_ones(device, generator):
+    """A chunk of exactly one block from a block's start reads the same keys exact under both rules; a chunk of
+    three blocks reads its first blocks exact only under chunk_exact (its later queries' windows exclude them)."""
+    page_size = 8
+    shape = TkvShape(2, 1, 32, page_size, 4, 4, 16, sink_tokens=1)
+    batch = random_tkv_batch(shape, [page_size, 3 * page_size], [3 * page_size, 3 * page_size], device, generator)
+    chunk = _check(batch, torch.float32, chunk_exact=True)
+    window = _check(batch, torch.float32, chunk_exact=False)
+    assert_tkv_close(chunk[:page_size], window[:page_size], torch.float32)
+    last_block = slice(page_size + 2 * page_size, 4 * page_size)  # the prompt's third block: windows differ
+    with pytest.raises(AssertionError):
+        assert_tkv_close(chunk[last_block], window[last_block], torch.float32)
+
+
+@pytest.mark.parametrize(("page_size", "exact_blocks", "chunk_exact"), [(16, 1, True), (4, 3, True), (4, 3, False)])
+def test_write_then_attend_as_the_engine_does(page_size, exact_blocks, chunk_exact, device, generator):
     """A prompt chunk is written by the kernel, attended by prefill, then decode steps follow; the tail kernel
     keeps the window's ring between steps."""
     shape = TkvShape(4, 2, 64, page_size, 4, 3, 32, sink_tokens=1, exact_blocks=exact_blocks)
@@ -131,8 +154,9 @@ def test_write_then_attend_as_the_engine_does(page_size, exact_blocks, device, g
         starts = torch.tensor([0, end - start], dtype=torch.int32, device=device)
         if end - start > 1:
             arguments = (query, layer, table, starts, seq_lens, tail_slots, *exact, batch.softmax_scale)
-            actual = tkv_paged_prefill_attention(*arguments, tiles=SMALL_TILES, compute_dtype=torch.float32)
-            expected = tkv_paged_prefill_attention_reference(*arguments)
+            actual = tkv_paged_prefill_attention(*arguments, tiles=SMALL_TILES, compute_dtype=torch.float32,
+                                                 chunk_exact=chunk_exact)
+            expected = tkv_paged_prefill_attention_reference(*arguments, chunk_exact=chunk_exact)
         else:
             arguments = (query, layer, table, seq_lens, tail_slots, *exact, batch.softmax_scale)
             actual = tkv_paged_decode_attention(*arguments, num_splits=2, compute_dtype=torch.float32)

@@ -1,11 +1,12 @@
 """Torch references for the TKV kernels, built on arbi_grpc.kv_codec's own encoder and decoder, so that any
 change to the codec shows up as a kernel mismatch. Float32, slow, obvious.
 
-The attention references read the same paged pools as the kernels, by the rule of docs/tkv.md: for a query at
-position p, a key position j < sink_tokens comes from the sink pool; one in p's exact window, its own block and
-the E - 1 before it (j // block_size >= p // block_size - (E - 1), E = the tail's rows / block_size), is exact:
-from the step's exact buffer (write_tkv_cache's result) at or after the sequence's prefix_len, from its tail slot's
-ring of E blocks before; every other one is decoded from its codes. Queries are already in the key
+The attention references read the same paged pools as the kernels, by the rules of docs/tkv.md: a key position
+j < sink_tokens comes from the sink pool; one in the query's exact region is exact: from the step's exact buffer
+(write_tkv_cache's result) at or after the sequence's prefix_len, from its tail slot's ring of E blocks before;
+every other one is decoded from its codes. The exact region of a query at position p is its window, its own block
+and the E - 1 before it (j // block_size >= p // block_size - (E - 1), E = the tail's rows / block_size); with
+`chunk_exact` (prefill), the window of the chunk's first query and everything after it. Queries are already in the key
 code space (q') and outputs stay in the value code space (acc), as the kernels' contract says (docs/tkv.md,
 "Engine integration").
 """
@@ -133,9 +134,11 @@ def tkv_paged_prefill_attention_reference(
     key_exact: torch.Tensor,
     value_exact: torch.Tensor,
     softmax_scale: float,
+    chunk_exact: bool = True,
 ) -> torch.Tensor:
-    """Causal attention of q' [T, Hq, D] over the paged TKV context, each query's exact window exact; fp32
-    [T, Hq, D] in the value code space. The queries of one block share their context, so they attend together."""
+    """Causal attention of q' [T, Hq, D] over the paged TKV context, each query's exact region exact; fp32
+    [T, Hq, D] in the value code space. Queries that share their context (the chunk with `chunk_exact`, else one
+    block's) attend together."""
     output = torch.zeros(query.shape, dtype=torch.float32, device=query.device)
     starts = query_start_loc.tolist()
     block_size = layer.block_size
@@ -146,8 +149,9 @@ def tkv_paged_prefill_attention_reference(
         prefix_len = seq_len - (end - begin)
         keys = context_in_code_space(layer, "key", block_tables[seq], seq_len)
         values = context_in_code_space(layer, "value", block_tables[seq], seq_len)
-        for block_start in range(prefix_len // block_size * block_size, seq_len, block_size):
-            block_end = min(block_start + block_size, seq_len)
+        first_block = prefix_len // block_size * block_size
+        for block_start in (first_block,) if chunk_exact else range(first_block, seq_len, block_size):
+            block_end = seq_len if chunk_exact else min(block_start + block_size, seq_len)
             query_block = (block_start, block_end, prefix_len, begin)
             rows = slice(begin + max(block_start, prefix_len) - prefix_len, begin + block_end - prefix_len)
             output[rows] = _causal_attention(  # the rows are the context's last positions, as it expects

@@ -31,7 +31,8 @@ TINY_CONFIG = tiny_llama_config()
 MAX_MODEL_LEN = 128
 TIGHT = EngineConfig(device="cpu", kv_cache_dtype="tkv", kv_calibration="uniform", attention_backend="torch",
                      max_model_len=MAX_MODEL_LEN, max_running_requests=2, max_step_tokens=24,
-                     max_prefill_chunk_tokens=6, block_size=4, enable_prefix_cache=True)
+                     max_prefill_chunk_tokens=6, block_size=4, enable_prefix_cache=True,
+                     kv_prefill_exact="window")  # chunk-free numbers, so that one prefill re-scores every decode
 # One sequence at a time, each rescored in one prefill step.
 RESCORING = dataclasses.replace(TIGHT, max_running_requests=1, max_step_tokens=MAX_MODEL_LEN,
                                 max_prefill_chunk_tokens=MAX_MODEL_LEN, enable_prefix_cache=False)
@@ -115,7 +116,8 @@ def test_a_prefix_hit_reads_the_reused_block_in_its_window_decoded(overlap_steps
     tokens = list(second.prompt_token_ids) + done.token_ids
     model = engine.runner.model
     kv_cache = TkvPagedKVCache(CALIBRATION, num_blocks=16, block_size=4, device="cpu", num_tail_slots=2,
-                               exact_blocks=2)  # every block with a sink row: the runner hands out any first block
+                               exact_blocks=2, chunk_exact=False)  # every block with a sink row: the runner hands
+    # out any first block
     runner = PagedStepRunner(block_size=4, num_blocks=16, rng=random.Random(3))
     runner.run_model(model, kv_cache, {0: tokens[:reused]}, [[(0, reused)]])
     runner.block_tables[1], runner.processed[1] = runner.block_tables[0][:2], reused

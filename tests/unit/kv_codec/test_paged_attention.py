@@ -1,6 +1,7 @@
 """TkvTorchPagedAttention against the codec's reference attention (same codes, exact sinks and exact windows of
-1 to 3 blocks) and against plain attention (K8V8), over prefill chunks, ragged batches with decodes, sinks on and
-off, per-layer bits, and a prefix hit whose window's reused blocks are seeded decoded into the tail ring."""
+1 to 3 blocks, under both prefill rules: a chunk's own tokens exact, or only each query's window) and against plain
+attention (K8V8), over prefill chunks, ragged batches with decodes, sinks on and off, per-layer bits, and a prefix
+hit whose window's reused blocks are seeded decoded into the tail ring."""
 
 from __future__ import annotations
 
@@ -61,11 +62,12 @@ def _play(
     block_size: int,
     backend: TkvTorchPagedAttention | None = None,
     exact_blocks: int = 1,
+    chunk_exact: bool = True,
 ) -> list[dict[int, torch.Tensor]]:
     """Each step through every layer (in random order); returns per layer {sequence: outputs of its tokens}."""
     num_blocks = sum(-(-len(q) // block_size) for q, _, _ in sequences.values()) + 3
     cache = TkvPagedKVCache(calibration, num_blocks=num_blocks, block_size=block_size, device="cpu",
-                            num_tail_slots=len(sequences), exact_blocks=exact_blocks)
+                            num_tail_slots=len(sequences), exact_blocks=exact_blocks, chunk_exact=chunk_exact)
     runner = PagedStepRunner(block_size=block_size, num_blocks=num_blocks, rng=rng)
     return _play_on(rng, steps, sequences, cache, runner, backend or TkvTorchPagedAttention())
 
@@ -100,12 +102,25 @@ def _exact_rotated(codec, transform, x: torch.Tensor) -> torch.Tensor:
     return transform.inverse(stored)
 
 
+def _chunk_starts(steps: list[list[tuple[int, int]]], sequence: int, first: int = 0) -> list[int]:
+    """The first position of the chunk each position of `sequence` was computed in (its tokens from `first` on,
+    padded with 0 below it)."""
+    starts, processed = [0] * first, first
+    for step in steps:
+        for chunk_sequence, new_tokens in step:
+            if chunk_sequence == sequence:
+                starts += [processed] * new_tokens
+                processed += new_tokens
+    return starts
+
+
 def _reference(calibration: TkvCalibration, layer: int, block_size: int, query, key, value, exact_blocks: int = 1,
-               exact_from: int = 0) -> torch.Tensor:
+               exact_from: int = 0, chunk_starts: list[int] | None = None) -> torch.Tensor:
     """Token by token: query t over keys 0..t, the first sink_tokens and those of t's window (its own block and the
-    exact_blocks - 1 before it) exact (fp16 in the code space), the others decoded from their codes. Keys below
-    `exact_from` (a prefix hit's reused blocks) are decoded in the window too, there rounded to the fp16 of the
-    tail ring they were seeded into; the rows of queries from `exact_from` on are returned."""
+    exact_blocks - 1 before it; with `chunk_starts`, the window of its chunk's first position and all after it)
+    exact (fp16 in the code space), the others decoded from their codes. Keys below `exact_from` (a prefix hit's
+    reused blocks) are decoded in the window too, there rounded to the fp16 of the tail ring they were seeded into;
+    the rows of queries from `exact_from` on are returned."""
     codec = calibration.layer_codec(layer)
     keys = codec.decode_keys_rotated(codec.encode_keys(key))  # [L, Hkv, D] rotated space
     values = codec.decode_values_rotated(codec.encode_values(value))
@@ -117,7 +132,8 @@ def _reference(calibration: TkvCalibration, layer: int, block_size: int, query, 
     rows = []
     for t in range(exact_from, query.shape[0]):
         window = torch.zeros(t + 1, dtype=torch.bool)
-        window[max(t // block_size - exact_blocks + 1, 0) * block_size:] = True
+        first = t if chunk_starts is None else chunk_starts[t]
+        window[max(first // block_size - exact_blocks + 1, 0) * block_size:] = True
         seeded = window.clone()
         seeded[exact_from:] = False
         exact = window & ~seeded
@@ -133,17 +149,21 @@ def _reference(calibration: TkvCalibration, layer: int, block_size: int, query, 
 
 @pytest.mark.parametrize("block_size,exact_blocks", [(4, 1), (16, 1), (4, 2), (4, 3)])
 @pytest.mark.parametrize("sink_tokens", [0, 1, 3])
-def test_chunked_ragged_batches_match_the_codec_reference(block_size, exact_blocks, sink_tokens, generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_chunked_ragged_batches_match_the_codec_reference(block_size, exact_blocks, sink_tokens, chunk_exact,
+                                                          generator):
     rng = random.Random(int(torch.randint(2**31, (1,), generator=generator)))
     prompt_lens = [rng.randint(2, 24) for _ in range(4)] + [1]
     steps = chunked_schedule(rng, prompt_lens, decode_steps=3)
     sequences = _sequences(generator, [tokens_needed(steps)[s] for s in range(len(prompt_lens))])
     calibration = _calibration([(8, 8), (4, 3), (3, 2)], generator, sink_tokens=sink_tokens)
     outputs = _play(rng, steps, sequences, calibration, block_size, TkvTorchPagedAttention(max_decode_group_size=2),
-                    exact_blocks)
+                    exact_blocks, chunk_exact)
     for layer in range(calibration.num_layers):
         for sequence, (query, key, value) in sequences.items():
-            expected = _reference(calibration, layer, block_size, query, key, value, exact_blocks)
+            chunk_starts = _chunk_starts(steps, sequence) if chunk_exact else None
+            expected = _reference(calibration, layer, block_size, query, key, value, exact_blocks,
+                                  chunk_starts=chunk_starts)
             torch.testing.assert_close(outputs[layer][sequence], expected, atol=1e-4, rtol=1e-4)
 
 
@@ -155,7 +175,7 @@ def test_a_wider_window_reads_more_keys_exactly(generator):
     calibration = _calibration([(2, 2)], generator)
     outputs = {
         exact_blocks: _play(random.Random(rng_seed), [[(0, 40)]], {0: (query, key, value)}, calibration, 4,
-                            exact_blocks=exact_blocks)[0][0]
+                            exact_blocks=exact_blocks, chunk_exact=False)[0][0]
         for exact_blocks in (1, 3)
     }
     torch.testing.assert_close(outputs[1][:4], outputs[3][:4])  # the first block: its own window either way
@@ -165,20 +185,29 @@ def test_a_wider_window_reads_more_keys_exactly(generator):
 
 
 @pytest.mark.parametrize("exact_blocks", [2, 3])
-def test_chunked_prefill_equals_a_one_step_prefill(exact_blocks, generator):
+def test_under_the_window_rule_a_chunked_prefill_equals_a_one_step_prefill(exact_blocks, generator):
+    """Each query reading only its own window exact, chunk boundaries change no number; reading a chunk's own
+    tokens exact, they do."""
     rng_seed = int(torch.randint(2**31, (1,), generator=generator))
     chunks = [3, 6, 1, 9, 2, 5]  # boundaries inside and on blocks of 4
     sequences = _sequences(generator, [sum(chunks) + 3])
     calibration = _calibration([(4, 3)], generator)
     chunked = [[(0, n)] for n in chunks] + [[(0, 1)]] * 3
     whole = [[(0, sum(chunks))]] + [[(0, 1)]] * 3
-    results = [_play(random.Random(rng_seed), steps, sequences, calibration, 4, exact_blocks=exact_blocks)[0][0]
-               for steps in (chunked, whole)]
-    torch.testing.assert_close(results[0], results[1], atol=1e-5, rtol=1e-5)
+    for chunk_exact in (False, True):
+        results = [_play(random.Random(rng_seed), steps, sequences, calibration, 4, exact_blocks=exact_blocks,
+                         chunk_exact=chunk_exact)[0][0]
+                   for steps in (chunked, whole)]
+        if chunk_exact:
+            with pytest.raises(AssertionError):
+                torch.testing.assert_close(results[0], results[1], atol=1e-5, rtol=1e-5)
+        else:
+            torch.testing.assert_close(results[0], results[1], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("exact_blocks,reused_blocks", [(2, 3), (3, 3), (3, 1), (4, 2)])
-def test_a_prefix_hit_reads_its_seeded_window_blocks_decoded(exact_blocks, reused_blocks, generator):
+@pytest.mark.parametrize("chunk_exact", [True, False])
+def test_a_prefix_hit_reads_its_seeded_window_blocks_decoded(exact_blocks, reused_blocks, chunk_exact, generator):
     """Sequence 1 reuses sequence 0's first blocks as a prefix hit would: the reused blocks in its first queries'
     window are seeded decoded into its tail ring (seed_tail), so they read as their codes, its own tokens exact."""
     block_size, prefix_len = 4, reused_blocks * 4
@@ -187,7 +216,7 @@ def test_a_prefix_hit_reads_its_seeded_window_blocks_decoded(exact_blocks, reuse
     second = tuple(torch.cat([f[:prefix_len], s[prefix_len:]]) for f, s in zip(first, second))  # shared prefix
     calibration = _calibration([(3, 3), (4, 2)], generator)
     cache = TkvPagedKVCache(calibration, num_blocks=16, block_size=block_size, device="cpu", num_tail_slots=2,
-                            exact_blocks=exact_blocks)
+                            exact_blocks=exact_blocks, chunk_exact=chunk_exact)
     runner = PagedStepRunner(block_size=block_size, num_blocks=16, rng=rng)
     backend = TkvTorchPagedAttention()
     _play_on(rng, [[(0, prefix_len + 2)]], {0: first}, cache, runner, backend)
@@ -196,9 +225,12 @@ def test_a_prefix_hit_reads_its_seeded_window_blocks_decoded(exact_blocks, reuse
     runner.block_tables[1], runner.processed[1] = runner.block_tables[0][:reused_blocks], prefix_len
     seeded_from = max(0, reused_blocks - exact_blocks + 1)
     cache.seed_tail(1, torch.tensor(runner.block_tables[1][seeded_from:]), seeded_from)
-    outputs = _play_on(rng, [[(1, 5)], [(1, 4)], [(1, 1)], [(1, 1)]], {1: second}, cache, runner, backend)
+    steps = [[(1, 5)], [(1, 4)], [(1, 1)], [(1, 1)]]
+    outputs = _play_on(rng, steps, {1: second}, cache, runner, backend)
+    chunk_starts = _chunk_starts(steps, 1, first=prefix_len) if chunk_exact else None
     for layer in range(calibration.num_layers):
-        expected = _reference(calibration, layer, block_size, *second, exact_blocks, exact_from=prefix_len)
+        expected = _reference(calibration, layer, block_size, *second, exact_blocks, exact_from=prefix_len,
+                              chunk_starts=chunk_starts)
         torch.testing.assert_close(outputs[layer][1], expected, atol=1e-4, rtol=1e-4)
 
 
@@ -228,7 +260,8 @@ def test_low_bits_differ_from_plain_attention_and_sinks_reduce_the_error(generat
     for sink_tokens in (0, 1):
         calibration = _calibration([(2, 2)], generator, sink_tokens=sink_tokens)
         calibration = TkvCalibration.uniform("tkvfp1:test", calibration.layer_spec(0), 1, KV_HEADS, HEAD_DIM)
-        output = _play(rng, [[(0, 48)]], {0: (query, key, value)}, calibration, block_size=16)[0][0]
+        output = _play(rng, [[(0, 48)]], {0: (query, key, value)}, calibration, block_size=16,
+                       chunk_exact=False)[0][0]
         errors[sink_tokens] = (output - dense_causal_attention(query, key, value)).abs().mean().item()
     assert errors[0] > 0.1
     assert errors[1] < errors[0]
