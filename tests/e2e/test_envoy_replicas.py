@@ -2,7 +2,8 @@
 deploy/envoy/front-proxy.yaml, and 64 concurrent streams through it:
 
 - The REST listener (first: it needs no server replica booted again): two gateway replicas behind it answer
-  over HTTP/1.1 and HTTP/2, and with one killed every new request succeeds.
+  over HTTP/1.1 and HTTP/2, and with one killed every new read and generation request succeeds, from the
+  first one sent after the kill (no wait for Envoy's health check).
 - SIGTERM one replica under load: zero failed requests (the replica drains its streams, Envoy sends it no new
   ones), and the replica exits 0.
 - SIGKILL one replica: only the streams that replica was serving fail (UNAVAILABLE, or INTERNAL where Envoy
@@ -203,8 +204,10 @@ def test_rest_replicas_answer_over_http1_and_http2_and_survive_a_killed_gateway(
     victim = next(iter(fleet_up.gateways))
     fleet_up.gateways[victim].process.kill()
     fleet_up.gateways[victim].process.wait(timeout=30)
-    statuses = [_curl(url + "/v1/chat/completions", "--http1.1", chat)[0] for _ in range(8)]
-    assert statuses == [200] * 8
+    # At once: Envoy may still hold the dead replica healthy and keep pooled connections to it.
+    answers = [_curl(url + "/v1/chat/completions", "--http1.1", chat) if index % 2 == 0
+               else _curl(url + "/v1/models", "--http1.1") for index in range(8)]
+    assert [status for status, _ in answers] == [200] * 8, answers
 
 
 def test_sigterm_under_load_fails_no_request(fleet_up: Fleet) -> None:
