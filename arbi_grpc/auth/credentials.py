@@ -2,7 +2,8 @@
 of an optional keys file (each with its tenant), and the batch runner's in-process token.
 
 The admin token is configured, or read from a file that only its owner may read, or minted into such a
-file (mode 0600, created exclusively) on first boot. The in-process token is minted at every boot and never
+file (mode 0600, written whole and then linked into place, so that servers booting together on one cache
+agree on one token) on first boot. The in-process token is minted at every boot and never
 written. Presented tokens are compared in constant time.
 """
 
@@ -14,6 +15,7 @@ import logging
 import os
 import secrets
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,11 +109,16 @@ def _read_token_file(path: Path) -> str:
 def _mint_token_file(path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(_MINTED_TOKEN_BYTES)
+    # Written whole under a private name (mode 0600), then linked into place, which fails if the file exists:
+    # a server booting beside this one on the same cache sees no file or the whole token, never an empty one.
+    descriptor, draft = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(token + "\n")
+        os.link(draft, path)
     except FileExistsError:  # another server minted it first
         return _read_token_file(path)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(token + "\n")
+    finally:
+        os.unlink(draft)
     log.info("minted the admin token into %s (readable by its owner only)", path)
     return token
