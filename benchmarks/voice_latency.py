@@ -6,7 +6,8 @@ clock, from the end of the user's speech (the last loud sample sent) to the firs
 its parts: the VAD hangover (to SpeechStopped), recognition (to the final transcript), the LLM's time to
 first text (to the first ResponseTextDelta) and the first synthesis (to the first ResponseAudio), itself
 cut in two: the first speakable piece (to the text delta that completed the piece the first audio speaks)
-and its synthesis (to the first ResponseAudio).
+and its synthesis (to the first ResponseAudio). Then the playback stall: how long a client playing the
+reply as it arrives waits for audio within its first STALL_WINDOW_S seconds, the price of a short first piece.
 Then barge-in: a second question spoken while the reply plays, from its onset to the interrupted
 ResponseDone (wall clock), and the server's reaction on the input timeline.
 
@@ -52,7 +53,8 @@ QUESTIONS = [f"What is the capital of {country}?" for country in (
     "What is the boiling point of water?", "Name a fruit that is yellow.", "What planet do we live on?",
     "How many hours are in a day?"]
 PARTS = ("vad_hangover", "recognition", "llm_first_text", "first_synthesis", "first_piece_text",
-         "piece_synthesis", "voice_to_voice")
+         "piece_synthesis", "voice_to_voice", "playback_stall")
+STALL_WINDOW_S = 3.0  # reply audio over which playback stalls are counted
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -69,15 +71,21 @@ def one_utterance(stub: pb_grpc.AudioServiceStub, question: str) -> dict[str, fl
     live.say(speech, mark="speech")
     seen: dict[str, float] = {}
     deltas: list[tuple[float, str]] = []
+    chunks: list[tuple[float, float]] = []  # (arrival, seconds of audio) of the reply's audio chunks
     for event in stub.Converse(iter(live), timeout=120):
         kind = event.WhichOneof("event")
         if kind == "input_transcript" and not event.input_transcript.is_final:
             continue
         seen.setdefault(kind, time.monotonic())
+        if kind == "session_created":
+            bytes_per_s = 2 * event.session_created.config.output_format.sample_rate_hz
         if kind == "response_text_delta":
             deltas.append((time.monotonic(), event.response_text_delta.delta))
         if kind == "response_audio":
-            piece = event.response_audio.text
+            if not chunks:
+                piece = event.response_audio.text
+            chunks.append((time.monotonic(), len(event.response_audio.audio) / bytes_per_s))
+        if kind == "response_done" or sum(seconds for _, seconds in chunks) >= STALL_WINDOW_S:
             live.close()
             break
     speech_end_ms = live.marks["speech"] + 1000 * len(speech) / 32_000 - trailing_ms
@@ -91,8 +99,18 @@ def one_utterance(stub: pb_grpc.AudioServiceStub, question: str) -> dict[str, fl
         "first_piece_text": piece_ready - seen["response_text_delta"],
         "piece_synthesis": seen["response_audio"] - piece_ready,
         "voice_to_voice": seen["response_audio"] - speech_end_s,
+        "playback_stall": _stall(chunks),
         "first_piece_chars": len(piece),
     }
+
+
+def _stall(chunks: list[tuple[float, float]]) -> float:
+    """Seconds a client playing each chunk on arrival (or when the one before ends) waits for audio."""
+    stall, playing_until = 0.0, chunks[0][0]
+    for arrived, seconds in chunks:
+        stall += max(0.0, arrived - playing_until)
+        playing_until = max(arrived, playing_until) + seconds
+    return stall
 
 
 def _piece_complete_at(deltas: list[tuple[float, str]], piece: str) -> float:
