@@ -1,5 +1,5 @@
 """ClauseSplitter: pieces end at sentence ends, at clause breaks once long enough (any break for the first
-piece), or at a word limit that starts small and doubles, as the text streams."""
+piece), or at a word limit that starts small and grows with the words already cut, as the text streams."""
 
 from __future__ import annotations
 
@@ -19,21 +19,23 @@ def test_sentences_come_out_as_soon_as_they_end() -> None:
     assert splitter.flush() == "It is"
 
 
-def test_the_first_piece_ends_after_a_few_words_and_the_limit_then_doubles() -> None:
+def test_the_first_piece_ends_after_a_few_words_and_later_limits_follow_the_words_cut() -> None:
     splitter = ClauseSplitter(first_piece_words=4)
     assert splitter.push("The capital of France") == []  # the fourth word may still be growing
     assert splitter.push(" is") == ["The capital of France"]
-    text = "Bees make honey which is a sweet sticky substance that they produce from nectar in their hives"
-    assert split_streamed(text) == ["Bees make honey which", "is a sweet sticky substance that they produce",
-                                    "from nectar in their hives"]
-    assert split_streamed(text, first_piece_words=2)[:3] == ["Bees make", "honey which is a",
-                                                             "sweet sticky substance that they produce from nectar"]
+    text = "Bees make honey which is a sweet sticky substance that they produce from nectar in their hives every day"
+    # limits: 4, then 3/4 of the words cut (at least 4): 4, 6, 10; never after "the", "of", "their", ...
+    assert split_streamed(text) == ["Bees make honey which is", "a sweet sticky substance",
+                                    "that they produce from nectar in their hives", "every day"]
+    assert split_streamed(text, first_piece_words=2)[:3] == ["Bees make", "honey which is", "a sweet sticky substance"]
 
 
 def test_the_first_clause_break_ends_the_first_piece_later_short_clauses_do_not() -> None:
     text = "Well, the city of lights has museums, cafes and parks, and many visitors every year."
     assert split_streamed(text, first_piece_words=100) == [
         "Well,", "the city of lights has museums,", "cafes and parks, and many visitors every year."]
+    assert split_streamed(text) == ["Well,", "the city of lights", "has museums, cafes and parks,",
+                                    "and many visitors every year."]
     assert " ".join(split_streamed(text)) == text
 
 
