@@ -64,17 +64,15 @@ class Int8Weight:
 
 
 class Int8Linear(nn.Module):
-    """y = x @ w.T (+ bias) for an int8 w [N, K]; x [..., K] of any float dtype, y in x's dtype."""
+    """y = x @ w.T (+ bias) for an int8 w [N, K]; x [T, K] of any float dtype, y [T, N] in x's dtype."""
 
     def __init__(self, weight: Int8Weight, bias: Tensor | None) -> None:
         super().__init__()
-        self.out_features, self.in_features = weight.shape
+        self.out_features = weight.shape[0]
         self.register_buffer("codes", weight.codes.contiguous())
         self.register_buffer("scale", weight.scale.contiguous())
         self.register_buffer("bias", bias)
 
     def forward(self, states: Tensor) -> Tensor:
-        inputs = states.reshape(-1, self.in_features).to(_KERNEL_DTYPE)
-        out = torch.ops.aten._weight_int8pack_mm(inputs, self.codes, self.scale).to(states.dtype)
-        out = out.view(*states.shape[:-1], self.out_features)
+        out = torch.ops.aten._weight_int8pack_mm(states.to(_KERNEL_DTYPE), self.codes, self.scale).to(states.dtype)
         return out if self.bias is None else out.add_(self.bias)
