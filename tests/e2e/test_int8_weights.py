@@ -1,0 +1,93 @@
+"""`--cpu-weights int8` through a real gRPC server (one boot) against the session's float32 server, the real
+SmolLM2: greedy answers to short chat prompts mostly identical, prompt log-probabilities of a wikitext window
+within a stated tolerance, its mean loss within 0.5%; the measured weight bytes are `plan`'s, and the pool is
+free after."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from arbi_client.arbi.v1 import generate_service_pb2 as pb
+from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
+
+from arbi_grpc.cli import main as cli_main
+from arbi_grpc.config import EngineConfig
+from arbi_grpc.models.int8_weights import Int8Linear
+from arbi_grpc.served_model import build_served_model
+from tests.conftest import wait_for_idle_pool
+from tests.e2e.helpers import chat_request, generate, stub_for
+
+WIKITEXT = Path(__file__).resolve().parents[1] / "data" / "wikitext-2" / "wiki.test.raw"
+WINDOW_TOKENS = 256
+PROMPTS = (
+    "What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
+    "Who wrote Romeo and Juliet?", "What does a CPU do?", "Why is the sky blue?",
+)
+ANSWER_TOKENS = 16
+# Measured on SmolLM2 (docs/cpu_weights.md): the largest per-token change of a prompt log-probability over
+# the window, and its mean.
+MAX_LOGPROB_CHANGE, MEAN_LOGPROB_CHANGE = 0.5, 0.05
+
+
+@pytest.fixture(scope="module")
+def int8_server(smollm2_dir: Path) -> Iterator:
+    from arbi_grpc.server import GrpcServer
+
+    config = EngineConfig(model=str(smollm2_dir), cpu_weights="int8", kv_cache_memory_mib=32,
+                          max_running_requests=8, max_waiting_requests=16)
+    server = GrpcServer(build_served_model(config)).start()
+    yield server
+    server.stop()
+
+
+def _greedy(server, prompt: str) -> list[int]:
+    channel, stub = stub_for(server.target)
+    with channel:
+        return generate(stub, chat_request(prompt, max_output_tokens=ANSWER_TOKENS)).token_ids
+
+
+def _prompt_logprobs(server, token_ids: list[int]) -> list[float]:
+    channel, stub = stub_for(server.target)
+    request = pb.GenerateRequest(
+        token_ids=types_pb.TokenIds(ids=token_ids),
+        stopping=types_pb.StoppingCriteria(max_output_tokens=1),
+        logprobs=types_pb.LogprobOptions(include_prompt_logprobs=True),
+    )
+    with channel:
+        prompt_tokens = list(generate(stub, request).responses[0].prompt_tokens)
+    assert len(prompt_tokens) == len(token_ids)
+    return [token.logprob for token in prompt_tokens[1:]]
+
+
+def test_greedy_answers_mostly_match_float32(served_smollm2, int8_server) -> None:
+    assert isinstance(int8_server.served.engine.runner.model.model.layers[0].mlp.gate_up, Int8Linear)
+    answers = [(_greedy(served_smollm2, prompt), _greedy(int8_server, prompt)) for prompt in PROMPTS]
+    identical = sum(fp32 == int8 for fp32, int8 in answers)
+    assert identical >= len(PROMPTS) - 2, answers
+    wait_for_idle_pool(int8_server.served.engine)
+
+
+def test_prompt_logprobs_agree_within_tolerance(served_smollm2, int8_server) -> None:
+    text = WIKITEXT.read_text(encoding="utf-8")[:10_000]
+    window = served_smollm2.served.inputs.tokenizer.encode(text, add_special_tokens=False)[:WINDOW_TOKENS]
+    expected, actual = _prompt_logprobs(served_smollm2, window), _prompt_logprobs(int8_server, window)
+    changes = [abs(a - b) for a, b in zip(actual, expected, strict=True)]
+    assert actual != expected  # the int8 server's layers ran on other weights
+    assert max(changes) <= MAX_LOGPROB_CHANGE and sum(changes) / len(changes) <= MEAN_LOGPROB_CHANGE, max(changes)
+    assert math.isclose(sum(actual), sum(expected), rel_tol=0.005)  # the window's mean loss within 0.5%
+    wait_for_idle_pool(int8_server.served.engine)
+
+
+def test_plan_counts_the_measured_int8_weight_bytes(served_smollm2, int8_server, smollm2_dir: Path, capsys) -> None:
+    served = int8_server.served
+    code = cli_main(["plan", "--json", "--no-audio", "--model", str(smollm2_dir), "--cpu-weights", "int8",
+                     "--kv-cache-memory-mib", str(served.config.kv_cache_memory_mib)])
+    assert code == 0
+    planned = json.loads(capsys.readouterr().out)["components"]["weights"]["bytes"]
+    measured = served.memory_budget.component("weights").num_bytes
+    float32 = served_smollm2.served.memory_budget.component("weights").num_bytes
+    assert planned == measured and measured < 0.45 * float32, (planned, measured, float32)
