@@ -1,7 +1,12 @@
 """`--cpu-weights int8` through a real gRPC server (one boot) against the session's float32 server, the real
-SmolLM2: greedy answers to short chat prompts mostly identical, prompt log-probabilities of a wikitext window
-within a stated tolerance, its mean loss within 0.5%; the measured weight bytes are `plan`'s, and the pool is
-free after."""
+SmolLM2: greedy answers equal up to near-ties (where an answer departs, float32 rated the int8 choice within
+0.75 nats of its own), prompt log-probabilities of a wikitext window within a stated tolerance and its mean loss
+within 0.5%; the measured weight bytes are `plan`'s, and the pool is free after.
+
+The tolerances are measured (docs/cpu_weights.md): re-quantizing SmolLM2's float32 weights to per-row int8 moves
+a token's log-probability by 0.056 nats on average (1.1 at most over 512 tokens) without biasing the loss, so
+greedy answers part at near-ties: over 20 chat prompts, float32's margin at the departures was 0.40 nats at most.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from arbi_grpc.config import EngineConfig
 from arbi_grpc.models.int8_weights import Int8Linear
 from arbi_grpc.served_model import build_served_model
 from tests.conftest import wait_for_idle_pool
-from tests.e2e.helpers import chat_request, generate, stub_for
+from tests.e2e.helpers import generate, stub_for
 
 WIKITEXT = Path(__file__).resolve().parents[1] / "data" / "wikitext-2" / "wiki.test.raw"
 WINDOW_TOKENS = 256
@@ -28,9 +33,8 @@ PROMPTS = (
     "Who wrote Romeo and Juliet?", "What does a CPU do?", "Why is the sky blue?",
 )
 ANSWER_TOKENS = 16
-# Measured on SmolLM2 (docs/cpu_weights.md): the largest per-token change of a prompt log-probability over
-# the window, and its mean.
-MAX_LOGPROB_CHANGE, MEAN_LOGPROB_CHANGE = 0.5, 0.05
+NEAR_TIE_NATS = 0.75
+MAX_LOGPROB_CHANGE, MEAN_LOGPROB_CHANGE = 1.5, 0.08
 
 
 @pytest.fixture(scope="module")
@@ -44,30 +48,41 @@ def int8_server(smollm2_dir: Path) -> Iterator:
     server.stop()
 
 
-def _greedy(server, prompt: str) -> list[int]:
-    channel, stub = stub_for(server.target)
-    with channel:
-        return generate(stub, chat_request(prompt, max_output_tokens=ANSWER_TOKENS)).token_ids
-
-
-def _prompt_logprobs(server, token_ids: list[int]) -> list[float]:
+def _generate(server, token_ids: list[int], max_output_tokens: int, prompt_logprobs: bool = False):
     channel, stub = stub_for(server.target)
     request = pb.GenerateRequest(
         token_ids=types_pb.TokenIds(ids=token_ids),
-        stopping=types_pb.StoppingCriteria(max_output_tokens=1),
-        logprobs=types_pb.LogprobOptions(include_prompt_logprobs=True),
+        sampling=types_pb.SamplingParameters(temperature=0.0),
+        stopping=types_pb.StoppingCriteria(max_output_tokens=max_output_tokens, ignore_eos=True),
+        logprobs=types_pb.LogprobOptions(include_prompt_logprobs=prompt_logprobs),
     )
     with channel:
-        prompt_tokens = list(generate(stub, request).responses[0].prompt_tokens)
+        return generate(stub, request)
+
+
+def _prompt_logprobs(server, token_ids: list[int]) -> list[float]:
+    prompt_tokens = list(_generate(server, token_ids, 1, prompt_logprobs=True).responses[0].prompt_tokens)
     assert len(prompt_tokens) == len(token_ids)
     return [token.logprob for token in prompt_tokens[1:]]
 
 
-def test_greedy_answers_mostly_match_float32(served_smollm2, int8_server) -> None:
+def test_greedy_answers_equal_up_to_near_ties(served_smollm2, int8_server) -> None:
     assert isinstance(int8_server.served.engine.runner.model.model.layers[0].mlp.gate_up, Int8Linear)
-    answers = [(_greedy(served_smollm2, prompt), _greedy(int8_server, prompt)) for prompt in PROMPTS]
-    identical = sum(fp32 == int8 for fp32, int8 in answers)
-    assert identical >= len(PROMPTS) - 2, answers
+    template = served_smollm2.served.inputs.chat_template
+    identical = 0
+    for prompt in PROMPTS:
+        prompt_ids = list(template.encode([{"role": "user", "content": prompt}]))
+        expected = _generate(served_smollm2, prompt_ids, ANSWER_TOKENS)
+        actual = _generate(int8_server, prompt_ids, ANSWER_TOKENS).token_ids
+        departure = next((i for i, (a, b) in enumerate(zip(actual, expected.token_ids)) if a != b), None)
+        if departure is None:
+            identical += 1
+            continue
+        # float32's log-probability of its own choice there, and of the int8 server's
+        own = [token.logprob for response in expected.responses for token in response.tokens][departure]
+        taken = _prompt_logprobs(served_smollm2, prompt_ids + actual[: departure + 1])[-1]
+        assert own - taken <= NEAR_TIE_NATS, (prompt, departure, own, taken)
+    assert identical >= 1  # and not every answer departs
     wait_for_idle_pool(int8_server.served.engine)
 
 
