@@ -300,17 +300,14 @@ def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
     """One matmul for the layers' outputs side by side, its kernel chosen here, once, when every layer holds a
     quantized weight of one kind (`place_quantized`): torch's CPU int8 kernel for int8 weights, its int4 kernel
     for block-quantized ones of a shape it packs; else the ops' linear over the float weights (quantized parts
-    dequantized first). The layers' own quantized parts are released once merged."""
+    dequantized first). The layers' own quantized parts are released once merged, and their biases become
+    slices of the kernel's."""
     quantized = [getattr(layer, "quantized_weight", None) for layer in layers]
     if all(weight is not None for weight in quantized) and len({weight.kind for weight in quantized}) == 1:
-        biases = [layer.bias for layer in layers]
-        bias = torch.cat(biases) if all(b is not None for b in biases) else None
-        if quantized[0].kind == Int8Weight.kind:
-            kernel = Int8Linear(Int8Weight.concatenate(quantized), bias)
-        else:
-            merged = concatenate(quantized)
-            kernel = PackedInt4Linear(merged, bias) if PackedInt4Linear.packs(merged.shape) else None
-        if kernel is not None:
+        is_int8 = quantized[0].kind == Int8Weight.kind
+        merged = Int8Weight.concatenate(quantized) if is_int8 else concatenate(quantized)
+        if is_int8 or PackedInt4Linear.packs(merged.shape):
+            kernel = (Int8Linear if is_int8 else PackedInt4Linear)(merged, _shared_bias(*layers))
             for layer in layers:
                 del layer.quantized_weight
             return kernel
@@ -321,6 +318,20 @@ def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
     if len(layers) == 1:
         return DenseLinear(ops, layers[0].weight, layers[0].bias)
     return DenseLinear(ops, *fuse_linear_weights(*layers))
+
+
+def _shared_bias(*layers: nn.Linear) -> Tensor | None:
+    """The layers' biases side by side in one new tensor, each layer's bias re-pointed at its slice (so nothing
+    is held twice); None when the layers have none."""
+    if any(layer.bias is None for layer in layers):
+        return None
+    bias = torch.cat([layer.bias for layer in layers])
+    start = 0
+    for layer in layers:
+        rows = layer.bias.shape[0]
+        layer.bias = nn.Parameter(bias[start: start + rows], requires_grad=False)
+        start += rows
+    return bias
 
 
 def fuse_linear_weights(*layers: nn.Linear) -> tuple[Tensor, Tensor | None]:
