@@ -135,9 +135,9 @@ class _EngineFields(SchedulingLimits):
                  "float32), int4 (a GGUF import's kept quantized, run by torch's int4 kernel with bfloat16 "
                  "activations: ~3x faster decode, 1/4 of the weight memory, logits within ~0.2 nats, greedy choices "
                  "may flip at near-ties and with batching) or int8 (any float checkpoint's quantized at load to "
-                 "per-row int8, run by torch's int8 kernel with bfloat16 activations: about half the float32 "
-                 "weight memory and matmul time on SmolLM2, wikitext-2 perplexity within 0.5%; docs/memory.md); "
-                 "the embeddings and the logits projection stay float"
+                 "per-row int8, run by torch's int8 kernel with bfloat16 activations: 0.41x the float32 weight "
+                 "memory on SmolLM2, wikitext-2 perplexity within 0.5%, greedy choices flip at near-ties); the "
+                 "embeddings and the logits projection stay float (docs/cpu_weights.md)"
     )
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
