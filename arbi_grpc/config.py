@@ -172,7 +172,8 @@ class EngineConfig(_EngineFields):
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
         check_tensor_parallel(self)
         if self.cpu_weights not in ("float", "int4", "int8"):
-            raise InvalidArgumentError("cpu_weights", f"must be 'float', 'int4' or 'int8', got {self.cpu_weights!r}")
+            raise InvalidArgumentError("cpu_weights",
+                                       f"must be 'float', 'int4' or 'int8', got {self.cpu_weights!r}")
         if self.cpu_weights == "int8" and (self.device != "cpu" or self.tensor_parallel_size > 1):
             raise InvalidArgumentError(
                 "cpu_weights", f"int8 runs on the CPU with one rank (torch's CPU int8 kernel), not on "

@@ -7,7 +7,7 @@ of at most s_n / 2 per weight. Since s_n is a bfloat16 value, the kernel's scale
 `dequantize` is the exact meaning of what runs.
 
 The kernel is torch's weight-only int8 matmul (`_weight_int8pack_mm`). Its bfloat16 path is vectorised and its
-float32 and float16 paths are not (~10x and ~20x slower than the float32 matmul on SmolLM2's shapes): the
+float32 and float16 paths are not (7x to 80x slower than the float32 matmul on SmolLM2's shapes): the
 activations go in as bfloat16 and the outputs come back in the caller's dtype, a relative rounding of ~2^-8 on
 the inputs and on the outputs (`python -m benchmarks.cpu_weight_kernels` measures the three against float32).
 """
@@ -60,7 +60,8 @@ class Int8Weight:
     def concatenate(weights: list[Int8Weight]) -> Int8Weight:
         """The weights stacked along the output axis (the fused q/k/v or gate/up matrix): per-row scales make it
         the quantization of the stacked float matrix."""
-        return Int8Weight(torch.cat([weight.codes for weight in weights]), torch.cat([weight.scale for weight in weights]))
+        return Int8Weight(torch.cat([weight.codes for weight in weights]),
+                          torch.cat([weight.scale for weight in weights]))
 
 
 class Int8Linear(nn.Module):
