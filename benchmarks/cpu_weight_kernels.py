@@ -6,7 +6,9 @@ Three int8 variants of torch's `_weight_int8pack_mm` on the same per-row int8 we
 bfloat16 activations (what the model runs, timed with its casts in and out of float32), and float32 and float16
 activations (the kernel's other paths). Each time is the best of `--repeats` calls after warm-up (fewer for the
 slowest: at least 3, within 2 s), on `--threads` torch threads; prints the table and the layers' matmul total of
-one decode step per batch, writes JSON.
+one decode step per batch. Then the model itself, loaded with `--cpu-weights float` and `int8`: one decode step
+(forward of one token per sequence over a 64-token context in the paged cache, and the logits), best of
+`--repeats`, per batch. Writes JSON.
 Usage: python -m benchmarks.cpu_weight_kernels [--model SmolLM2-135M-Instruct] [--batches 1,16] [--threads 1]
 """
 
@@ -22,12 +24,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from arbi_grpc.attention.metadata import AttentionMetadata
+from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
+from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
 
 VARIANTS = ("float32", "int8 bf16 (runs)", "int8 fp32 act", "int8 fp16 act")
+CONTEXT_TOKENS, BLOCK_SIZE = 64, 16
 
 
 def matmul_shapes(model: ModelConfig) -> dict[str, tuple[int, int, int]]:
@@ -72,6 +78,25 @@ def time_shape(rows: int, columns: int, batch: int, repeats: int, generator: tor
         return {name: best_seconds(call, repeats) * 1e6 for name, call in calls.items()}
 
 
+def decode_step_ms(directory: Path, quantize_int8: bool, batches: list[int], repeats: int) -> dict[int, float]:
+    """{batch: ms} of one decode step of the loaded model: a token per sequence at position CONTEXT_TOKENS, then
+    the logits."""
+    model, config = load_model(directory, quantize_int8=quantize_int8)
+    blocks = -(-(CONTEXT_TOKENS + 1) // BLOCK_SIZE)
+    kv_cache = PagedKVCache.for_model(config, num_blocks=blocks * max(batches), block_size=BLOCK_SIZE,
+                                      dtype=torch.float32, device="cpu")
+    times = {}
+    for batch in batches:
+        metadata = AttentionMetadata.build(
+            query_lens=[1] * batch, seq_lens=[CONTEXT_TOKENS + 1] * batch,
+            block_tables=[list(range(i * blocks, (i + 1) * blocks)) for i in range(batch)], block_size=BLOCK_SIZE)
+        tokens, positions = torch.arange(batch), torch.full((batch,), CONTEXT_TOKENS)
+        with torch.inference_mode():
+            step = lambda: model.compute_logits(model(tokens, positions, metadata, kv_cache))  # noqa: E731
+            times[batch] = best_seconds(step, repeats) * 1e3
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model spec whose config.json gives the shapes")
@@ -81,7 +106,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-results/cpu_weight_kernels.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model = ModelConfig.from_hf_config(read_hf_config(resolve_model(args.model).directory))
+    directory = resolve_model(args.model).directory
+    model = ModelConfig.from_hf_config(read_hf_config(directory))
     generator = torch.Generator().manual_seed(0)
     rows = []
     print(f"| matmul | N x K | batch | {' | '.join(f'{v} us' for v in VARIANTS)} | int8 bf16 / float32 |")
@@ -97,9 +123,15 @@ def main() -> None:
                 for v in VARIANTS[:2]}
         print(f"batch {batch}: the layers' matmuls of one decode step {step['float32'] / 1e3:.1f} ms float32, "
               f"{step[VARIANTS[1]] / 1e3:.1f} ms int8 ({step[VARIANTS[1]] / step['float32']:.2f}x)")
+    batches = sorted({row["batch"] for row in rows})
+    steps = {mode: decode_step_ms(directory, mode == "int8", batches, args.repeats) for mode in ("float", "int8")}
+    for batch in batches:
+        float_ms, int8_ms = steps["float"][batch], steps["int8"][batch]
+        print(f"batch {batch}: one decode step of the model (context {CONTEXT_TOKENS}, logits included) "
+              f"{float_ms:.1f} ms float, {int8_ms:.1f} ms int8 ({int8_ms / float_ms:.2f}x)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"date": date.today().isoformat(), "model": args.model, "threads": args.threads,
-                                    "rows": rows}, indent=2) + "\n")
+                                    "rows": rows, "decode_step_ms": steps}, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 
