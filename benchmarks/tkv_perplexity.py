@@ -5,7 +5,8 @@ the CPU. Every K/V that attention reads went through the storage being measured.
   consecutive 512-token windows each scored alone from the engine's prompt log-probabilities (511 losses per
   window), ppl = exp(mean loss).
   The change against fp32 comes with the standard error of the paired per-token loss difference: calibrations
-  whose deltas differ by less than about two of those are not told apart by these 6,132 tokens.
+  whose deltas differ by less than about two of those are not told apart by these 6,132 tokens. The mean and
+  the largest absolute change of a token's loss against fp32 are printed and written too.
 - Greedy agreement, 32 greedy tokens per prompt, on two prompt sets: `chat` (20 short chat prompts, about 40
   tokens with the template) and `long` (20 wikitext continuations: the 480 tokens before each of the 20 windows
   that follow the perplexity windows, so that most of the context is coded even with a wide exact window). The
@@ -155,6 +156,12 @@ def paired_delta(losses: list[float], reference: list[float]) -> tuple[float, fl
     return math.exp(mean) - 1, math.exp(mean) * error
 
 
+def token_changes(losses: list[float], reference: list[float]) -> dict[str, float]:
+    """The mean and the largest absolute change of a token's loss against `reference` on the same tokens."""
+    changes = [abs(a - b) for a, b in zip(losses, reference, strict=True)]
+    return {"mean_abs": statistics.fmean(changes), "max_abs": max(changes)}
+
+
 @dataclass(frozen=True)
 class GreedyToken:
     """A greedy token, the runner-up and the log-probability margin between them."""
@@ -283,6 +290,7 @@ def main() -> None:
             if reference is not None and reference["ppl"] is not None:
                 change, error = paired_delta(row["losses"], reference["losses"])
                 row["change_vs_fp32"], row["change_standard_error"] = change, error
+                row["token_loss_changes"] = token_changes(row["losses"], reference["losses"])
                 delta = f"{100 * change:+.2f}% ± {100 * error:.2f}"
         cells = ""
         for prompt_set in greedy_sets:
@@ -302,6 +310,10 @@ def main() -> None:
                       f"its own margin was {statistics.median(margins):.3f} nats at the median and {margins[-1]:.3f} "
                       f"at most; {runner_up} took its runner-up")
     for row in rows:
+        if row.get("token_loss_changes") and row is not reference:
+            found = row["token_loss_changes"]
+            print(f"{row['setting']}: each token's loss moved {found['mean_abs']:.3f} nats from fp32's on average, "
+                  f"{found['max_abs']:.3f} at most")
         del row["losses"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"windows": args.windows, "window_tokens": WINDOW_TOKENS,

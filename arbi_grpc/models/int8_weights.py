@@ -7,7 +7,7 @@ of at most s_n / 2 per weight. Since s_n is a bfloat16 value, the kernel's scale
 `dequantize` is the exact meaning of what runs.
 
 The kernel is torch's weight-only int8 matmul (`_weight_int8pack_mm`). Its bfloat16 path is vectorised and its
-float32 and float16 paths are not (7x to 80x slower than the float32 matmul on SmolLM2's shapes): the
+float32 and float16 paths are not (2x to 80x slower than the float32 matmul on SmolLM2's shapes): the
 activations go in as bfloat16 and the outputs come back in the caller's dtype, a relative rounding of ~2^-8 on
 the inputs and on the outputs (`python -m benchmarks.cpu_weight_kernels` measures the three against float32).
 """
