@@ -122,7 +122,8 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
                                                                                  num_blocks, max_model_len)
     try:
         model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend,
-                                         tensor_parallel=group, keep_quantized=config.cpu_weights == "int4")
+                                         tensor_parallel=group, keep_quantized=config.cpu_weights == "int4",
+                                         quantize_int8=config.cpu_weights == "int8")
         tokenizer = TextTokenizer.from_model_dir(resolved.directory)
         kv_cache = build_kv_cache(config, per_rank_model_config(model_config, world_size), num_blocks,
                                   tkv_calibration)

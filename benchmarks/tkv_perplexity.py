@@ -5,7 +5,8 @@ the CPU. Every K/V that attention reads went through the storage being measured.
   consecutive 512-token windows each scored alone from the engine's prompt log-probabilities (511 losses per
   window), ppl = exp(mean loss).
   The change against fp32 comes with the standard error of the paired per-token loss difference: calibrations
-  whose deltas differ by less than about two of those are not told apart by these 6,132 tokens.
+  whose deltas differ by less than about two of those are not told apart by these 6,132 tokens. The mean and
+  the largest absolute change of a token's loss against fp32 are printed and written too.
 - Greedy agreement, 32 greedy tokens per prompt, on two prompt sets: `chat` (20 short chat prompts, about 40
   tokens with the template) and `long` (20 wikitext continuations: the 480 tokens before each of the 20 windows
   that follow the perplexity windows, so that most of the context is coded even with a wide exact window). The
@@ -17,10 +18,15 @@ the CPU. Every K/V that attention reads went through the storage being measured.
 Settings: `fp32` (float32 KV), `bf16` (bfloat16 KV), `KxVy` (TKV with --kv-bits x/y over the bundle's scales),
 `bundle` (TKV with the bundle's own per-layer bits); a TKV setting may end in `-exactN` (`K4V4-exact1`: an
 exact window of N blocks, --kv-exact-blocks N; the engine's default otherwise); `SETTING@DIR` takes another
-bundle for that setting. Weights are float32 in every setting, so only the KV storage differs.
+bundle for that setting. Weights are float32 in every setting, so only the KV storage differs, unless
+`--cpu-weights` names more than `float`: then every setting is measured with each of those CPU weight modes
+(`--cpu-weights int8`: layer matrices in per-row int8), labelled `SETTING+MODE` (`fp32+int8`) except for float;
+the perplexity change is still against the `fp32` setting with float weights.
 
     python -m benchmarks.tkv_perplexity --bundle DIR --settings fp32 K8V8 K4V4 K4V4-exact1 K3V3@DIR3 \\
         --greedy-settings K4V4 K4V4-exact1 --out bench-results/tkv_perplexity.json
+    python -m benchmarks.tkv_perplexity --settings fp32 --cpu-weights float int8 --greedy-settings fp32+int8 \\
+        --greedy-sets chat --out bench-results/int8_perplexity.json
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import queue
 import re
 import statistics
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
 from arbi_grpc.config import EngineConfig
@@ -71,6 +77,7 @@ class Setting:
     kv_bits: str = ""
     kv_calibration: str = ""
     kv_exact_blocks: int | None = None  # None: the engine's default
+    cpu_weights: str = "float"
 
     @classmethod
     def parse(cls, text: str, default_bundle: Path | None) -> Setting:
@@ -87,12 +94,17 @@ class Setting:
         bits = f"{match[1]}/{match[2]}" if match[1] else ""
         return cls(text, "tkv", bits, bundle_dir, int(match[3]) if match[3] else None)
 
+    def with_cpu_weights(self, mode: str) -> Setting:
+        """This KV storage with the CPU weight mode `mode`, labelled `NAME+MODE` unless float."""
+        return self if mode == "float" else replace(self, name=f"{self.name}+{mode}", cpu_weights=mode)
+
     def engine_config(self, model: str, device: str) -> EngineConfig:
-        """fp32 weights on `device` (its default attention backend: torch on cpu, triton on cuda)."""
+        """fp32 weights (or the CPU weight mode's) on `device` (its default attention backend: torch on cpu,
+        triton on cuda)."""
         window = {} if self.kv_exact_blocks is None else {"kv_exact_blocks": self.kv_exact_blocks}
         return EngineConfig(model=model, device=device, dtype="float32", kv_cache_dtype=self.kv_cache_dtype,
                             kv_bits=self.kv_bits, kv_calibration=self.kv_calibration, enable_prefix_cache=False,
-                            kv_cache_memory_mib=256, **window)
+                            kv_cache_memory_mib=256, cpu_weights=self.cpu_weights, **window)
 
 
 def run_request(engine: Engine, request: GenerationRequest) -> list[RequestOutput]:
@@ -142,6 +154,12 @@ def paired_delta(losses: list[float], reference: list[float]) -> tuple[float, fl
     mean = statistics.fmean(differences)
     error = statistics.stdev(differences) / math.sqrt(len(differences))
     return math.exp(mean) - 1, math.exp(mean) * error
+
+
+def token_changes(losses: list[float], reference: list[float]) -> dict[str, float]:
+    """The mean and the largest absolute change of a token's loss against `reference` on the same tokens."""
+    changes = [abs(a - b) for a, b in zip(losses, reference, strict=True)]
+    return {"mean_abs": statistics.fmean(changes), "max_abs": max(changes)}
 
 
 @dataclass(frozen=True)
@@ -198,6 +216,7 @@ def measure(setting: Setting, model: str, device: str, wikitext: Path, num_windo
     try:
         row = {
             "setting": setting.name,
+            "cpu_weights": setting.cpu_weights,
             "kv_codec": (served.engine.runner.kv_cache.setting_name if setting.kv_cache_dtype == "tkv"
                          else setting.kv_cache_dtype),
             "kv_block_bytes": served.engine.runner.kv_cache.bytes_per_block,
@@ -248,9 +267,12 @@ def main() -> None:
     parser.add_argument("--greedy-sets", nargs="+", choices=GREEDY_SETS, default=list(GREEDY_SETS),
                         help="greedy prompt sets (see above)")
     parser.add_argument("--windows", type=int, default=NUM_WINDOWS, help="wikitext windows to score (0: none)")
+    parser.add_argument("--cpu-weights", nargs="+", default=["float"], choices=("float", "int4", "int8"),
+                        help="CPU weight modes each setting is measured with (see above)")
     parser.add_argument("--out", type=Path, default=Path("bench-results/tkv_perplexity.json"))
     args = parser.parse_args()
-    settings = [Setting.parse(text, args.bundle) for text in args.settings]
+    settings = [Setting.parse(text, args.bundle).with_cpu_weights(mode) for text in args.settings
+                for mode in args.cpu_weights]
     greedy_names = set(args.greedy_settings) | ({args.greedy_reference} if args.greedy_settings else set())
     greedy_sets = tuple(args.greedy_sets)
     rows = [measure(s, args.model, args.device, args.wikitext, args.windows,
@@ -268,6 +290,7 @@ def main() -> None:
             if reference is not None and reference["ppl"] is not None:
                 change, error = paired_delta(row["losses"], reference["losses"])
                 row["change_vs_fp32"], row["change_standard_error"] = change, error
+                row["token_loss_changes"] = token_changes(row["losses"], reference["losses"])
                 delta = f"{100 * change:+.2f}% ± {100 * error:.2f}"
         cells = ""
         for prompt_set in greedy_sets:
@@ -287,6 +310,10 @@ def main() -> None:
                       f"its own margin was {statistics.median(margins):.3f} nats at the median and {margins[-1]:.3f} "
                       f"at most; {runner_up} took its runner-up")
     for row in rows:
+        if row.get("token_loss_changes") and row is not reference:
+            found = row["token_loss_changes"]
+            print(f"{row['setting']}: each token's loss moved {found['mean_abs']:.3f} nats from fp32's on average, "
+                  f"{found['max_abs']:.3f} at most")
         del row["losses"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"windows": args.windows, "window_tokens": WINDOW_TOKENS,

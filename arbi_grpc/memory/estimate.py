@@ -33,7 +33,7 @@ from arbi_grpc.memory.cuda_estimate import (
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.quantized_layout import cpu_weight_bytes
+from arbi_grpc.models.quantized_layout import cpu_weight_bytes, int8_kinds
 
 LOGITS_BYTES = 4  # logits, log-probabilities and sampling run in float32 whatever the model's dtype
 # Measured on engine/sampler.py's heaviest path (penalties, top-k/top-p/min-p, 20 top log-probabilities):
@@ -117,6 +117,11 @@ def estimate_budget(
         weight_bytes = cpu_weight_bytes(model, dict(model.quantized_matrices), element)
         weight_detail = (f"{count:,} parameters, {len(model.quantized_matrices)} matrices block-quantized, the rest "
                          f"{element} bytes ({config.dtype})")
+    elif config.device == "cpu" and config.cpu_weights == "int8":
+        kinds = int8_kinds(model)
+        weight_bytes = cpu_weight_bytes(model, kinds, element)
+        weight_detail = (f"{count:,} parameters, {len(kinds)} layer matrices int8 with a bfloat16 scale per row, "
+                         f"the rest {element} bytes ({config.dtype})")
     step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests)
     components = [
         weights_component(weight_bytes, weight_detail),

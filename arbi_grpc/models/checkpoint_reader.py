@@ -15,6 +15,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from arbi_grpc.errors import ModelLoadError
+from arbi_grpc.models.int8_weights import Int8Weight
 from arbi_grpc.models.quantized_weights import QuantizedWeight, from_stored, stored_base_name
 
 CONFIG_FILE = "config.json"
@@ -34,9 +35,12 @@ def read_checkpoint_tensors(
     dtype: torch.dtype,
     device: torch.device | str,
     select: Callable[[str, Tensor], Tensor] | None = None,
-) -> dict[str, Tensor]:
+    quantize: Callable[[str, Tensor], Int8Weight | None] | None = None,
+) -> dict[str, Tensor | Int8Weight]:
     """Every tensor of `expected_shapes`, checked (shape, finite values), converted to `dtype` on `device`;
-    `select(name, tensor)`, when given, picks the part kept (a tensor-parallel rank's shard) before the copy.
+    `select(name, tensor)`, when given, picks the part kept (a tensor-parallel rank's shard) before the copy;
+    `quantize(name, tensor)`, when given, may return a quantized form of the checked tensor (in its stored
+    dtype) to keep instead of the `dtype` copy, one tensor at a time (None: the copy is kept).
 
     Tensors for which `is_ignored(name)` holds are skipped; any other tensor not in `expected_shapes`,
     and any expected tensor absent from all files, is an error.
@@ -54,7 +58,8 @@ def read_checkpoint_tensors(
                     continue
                 if name not in expected_shapes:
                     raise ModelLoadError(f"{path}: unexpected tensor {name!r} for this architecture")
-                tensors[name] = _checked_tensor(handle, path, name, expected_shapes[name], dtype, device, select)
+                tensors[name] = _checked_tensor(handle, path, name, expected_shapes[name], dtype, device, select,
+                                                quantize)
     for name, path in indexed_names.items():
         if found_in.get(name) != path:
             raise ModelLoadError(f"{model_dir / SAFETENSORS_INDEX_FILE}: tensor {name!r} is not in {path.name}")
@@ -128,7 +133,8 @@ def _checked_tensor(
     dtype: torch.dtype,
     device: torch.device | str,
     select: Callable[[str, Tensor], Tensor] | None,
-) -> Tensor:
+    quantize: Callable[[str, Tensor], Int8Weight | None] | None,
+) -> Tensor | Int8Weight:
     try:
         stored = handle.get_tensor(name)
     except (SafetensorError, OSError, RuntimeError, ValueError) as error:
@@ -145,4 +151,5 @@ def _checked_tensor(
     # Any NaN or infinity makes the sum non-finite (a single reduction is far cheaper than isfinite().all()).
     if not bool(torch.isfinite(on_device.sum(dtype=torch.float32))):
         raise ModelLoadError(f"{path}: tensor {name!r} contains NaN or infinite values (corrupt file?)")
-    return on_device.to(dtype)
+    quantized = quantize(name, on_device) if quantize is not None else None
+    return on_device.to(dtype) if quantized is None else quantized

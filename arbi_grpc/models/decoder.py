@@ -26,12 +26,14 @@ from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
 from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
+from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
 from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
 from arbi_grpc.parallel.group import SINGLE_RANK, TensorParallelGroup
 
-# Reads the model's tensors (float, or block-quantized on the CPU) given their names and shapes:
+# Reads the model's tensors (float, or block-quantized or int8 on the CPU) given their names and shapes:
 # `CausalLM.from_weights`.
-WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, "Tensor | QuantizedWeight"]]
+WeightReader = Callable[[dict[str, tuple[int, ...]]], dict[str, "Tensor | QuantizedWeight | Int8Weight"]]
+QUANTIZED_TYPES = (QuantizedWeight, Int8Weight)
 
 
 class RMSNorm(nn.Module):
@@ -222,7 +224,7 @@ class CausalLM(nn.Module):
             model = cls(config, attention_backend=attention_backend, device=device, ops=ops,
                         tensor_parallel=tensor_parallel)
         tensors = read_weights({name: tuple(tensor.shape) for name, tensor in model.state_dict().items()})
-        quantized = {name: tensor for name, tensor in tensors.items() if isinstance(tensor, QuantizedWeight)}
+        quantized = {name: tensor for name, tensor in tensors.items() if isinstance(tensor, QUANTIZED_TYPES)}
         dense = {name: tensor for name, tensor in tensors.items() if name not in quantized}
         missing, unexpected = model.load_state_dict(dense, strict=False, assign=True)
         if unexpected or set(missing) != set(quantized):
@@ -245,9 +247,9 @@ class CausalLM(nn.Module):
             states, residual = layer(states, residual, rotation, metadata, kv_cache)
         return self.model.norm.add_and_norm(states, residual)[0]
 
-    def place_quantized(self, weights: dict[str, QuantizedWeight]) -> None:
-        """Put block-quantized weights (CPU only) where their checkpoint names say: a projection keeps its weight
-        aside for `fused_linear` to pack. The embedding table and the output projection are dequantized: the
+    def place_quantized(self, weights: dict[str, QuantizedWeight | Int8Weight]) -> None:
+        """Put block-quantized or int8 weights (CPU only) where their checkpoint names say: a projection keeps its
+        weight aside for `fused_linear` to pack. The embedding table and the output projection are dequantized: the
         logits stay float32, since the int4 kernel's bfloat16 outputs (steps of 0.125 at a logit of 20) would
         tie near-equal candidates and flip greedy choices."""
         for name, weight in weights.items():
@@ -295,16 +297,20 @@ class DenseLinear:
 
 
 def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
-    """One matmul for the layers' outputs side by side, its kernel chosen here, once: torch's CPU int4 kernel
-    when every layer holds a quantized weight of one kind (`place_quantized`) of a shape it packs, else the
-    ops' linear over the float weights (quantized parts dequantized first)."""
+    """One matmul for the layers' outputs side by side, its kernel chosen here, once, when every layer holds a
+    quantized weight of one kind (`place_quantized`): torch's CPU int8 kernel for int8 weights, its int4 kernel
+    for block-quantized ones of a shape it packs; else the ops' linear over the float weights (quantized parts
+    dequantized first). The layers' own quantized parts are released once merged, and their biases become
+    slices of the kernel's."""
     quantized = [getattr(layer, "quantized_weight", None) for layer in layers]
     if all(weight is not None for weight in quantized) and len({weight.kind for weight in quantized}) == 1:
-        merged = concatenate(quantized)
-        if PackedInt4Linear.packs(merged.shape):
-            biases = [layer.bias for layer in layers]
-            bias = torch.cat(biases) if all(b is not None for b in biases) else None
-            return PackedInt4Linear(merged, bias)
+        is_int8 = quantized[0].kind == Int8Weight.kind
+        merged = Int8Weight.concatenate(quantized) if is_int8 else concatenate(quantized)
+        if is_int8 or PackedInt4Linear.packs(merged.shape):
+            kernel = (Int8Linear if is_int8 else PackedInt4Linear)(merged, _shared_bias(*layers))
+            for layer in layers:
+                del layer.quantized_weight
+            return kernel
     for layer, weight in zip(layers, quantized):
         if weight is not None:
             layer.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
@@ -312,6 +318,20 @@ def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
     if len(layers) == 1:
         return DenseLinear(ops, layers[0].weight, layers[0].bias)
     return DenseLinear(ops, *fuse_linear_weights(*layers))
+
+
+def _shared_bias(*layers: nn.Linear) -> Tensor | None:
+    """The layers' biases side by side in one new tensor, each layer's bias re-pointed at its slice (so nothing
+    is held twice); None when the layers have none."""
+    if any(layer.bias is None for layer in layers):
+        return None
+    bias = torch.cat([layer.bias for layer in layers])
+    start = 0
+    for layer in layers:
+        rows = layer.bias.shape[0]
+        layer.bias = nn.Parameter(bias[start: start + rows], requires_grad=False)
+        start += rows
+    return bias
 
 
 def fuse_linear_weights(*layers: nn.Linear) -> tuple[Tensor, Tensor | None]:

@@ -1,10 +1,12 @@
-"""Which matrices a model stores block-quantized, and the bytes the CPU decoder then holds, without torch: what
-`plan` and the boot's estimate count (the measured budget counts the loaded tensors themselves).
+"""Which matrices a model stores block-quantized (or `--cpu-weights int8` quantizes), and the bytes the CPU decoder
+then holds, without torch: what `plan` and the boot's estimate count (the measured budget counts the loaded
+tensors themselves).
 
 The byte count follows `CausalLM.fuse_projections`: a fused group (q/k/v, gate/up) whose members share one kind
 and a shape the int4 kernel packs is held packed (`cpu_quantized_ops.PackedInt4Linear`: half a byte per weight,
-twice for q8, plus a bfloat16 scale and zero per 32); any other group is float, and so are the embedding table
-and the output projection (dequantized to float32 when stored quantized).
+twice for q8, plus a bfloat16 scale and zero per 32); an int8 group is held as int8 codes and a bfloat16 scale
+per row (`int8_weights.Int8Linear`); any other group is float, and so are the embedding table and the output
+projection (dequantized to float32 when stored quantized).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 from arbi_grpc.models.config import ModelConfig
@@ -24,6 +27,8 @@ GROUP = 32
 _SUFFIX_KINDS = {".q4": "q4", ".q8": "q8"}
 _KERNEL_ROWS, _KERNEL_COLUMNS = 16, 32
 _KERNEL_SCALE_BYTES = 2 * 2  # bfloat16 scale and zero
+INT8 = "int8"
+_INT8_SCALE_BYTES = 2
 
 
 def stored_kinds(weights_file: Path) -> dict[str, str]:
@@ -56,31 +61,45 @@ def _packed(kind: str, rows: int, columns: int) -> int | None:
     return rows * width // 2 + rows * (width // GROUP) * _KERNEL_SCALE_BYTES
 
 
+def _layer_groups(model: ModelConfig) -> Iterator[tuple[list[str], list[int], int]]:
+    """(checkpoint names, their rows, the shared columns) of each matmul of every layer, as fused."""
+    hidden = model.hidden_size
+    query, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    for index in range(model.num_layers):
+        attention, mlp = f"model.layers.{index}.self_attn.", f"model.layers.{index}.mlp."
+        yield [attention + f"{p}_proj.weight" for p in "qkv"], [query, kv, kv], hidden
+        yield [attention + "o_proj.weight"], [hidden], query
+        yield [mlp + "gate_proj.weight", mlp + "up_proj.weight"], [model.intermediate_size] * 2, hidden
+        yield [mlp + "down_proj.weight"], [hidden], model.intermediate_size
+
+
+def int8_kinds(model: ModelConfig) -> dict[str, str]:
+    """{checkpoint name: "int8"} of the matrices `--cpu-weights int8` quantizes: every layer matrix."""
+    return {name: INT8 for names, _, _ in _layer_groups(model) for name in names}
+
+
 def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) -> int:
-    """The weight bytes the CPU decoder holds for `model` with the matrices `kinds` quantized, the rest in
-    `element`-byte floats (dequantized matrices in float32)."""
-    hidden, layers = model.hidden_size, model.num_layers
+    """The weight bytes the CPU decoder holds for `model` with the matrices `kinds` quantized ("q4", "q8": block
+    quantized; "int8": per-row int8), the rest in `element`-byte floats (dequantized matrices in float32)."""
+    hidden = model.hidden_size
     query, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
 
     def group(names: list[str], rows: list[int], columns: int) -> int:
         found = {kinds.get(name) for name in names}
-        packed = _packed(found.pop(), sum(rows), columns) if len(found) == 1 and None not in found else None
+        kind = found.pop() if len(found) == 1 else None
+        if kind == INT8:  # `int8_weights.Int8Linear`: a byte per weight and a bfloat16 scale per row
+            return sum(rows) * (columns + _INT8_SCALE_BYTES)
+        packed = _packed(kind, sum(rows), columns) if kind is not None else None
         if packed is not None:
             return packed
         return sum(row * columns * (4 if name in kinds else element) for name, row in zip(names, rows))
 
     total = hidden * element  # the final norm
-    for index in range(layers):
-        prefix = f"model.layers.{index}."
-        attention, mlp = prefix + "self_attn.", prefix + "mlp."
-        total += group([attention + f"{p}_proj.weight" for p in "qkv"], [query, kv, kv], hidden)
-        total += group([attention + "o_proj.weight"], [hidden], query)
-        total += group([mlp + "gate_proj.weight", mlp + "up_proj.weight"], [model.intermediate_size] * 2, hidden)
-        total += group([mlp + "down_proj.weight"], [hidden], model.intermediate_size)
-        total += 2 * hidden * element + (query + 2 * kv if model.attention_bias else 0) * element
-        total += (hidden if model.output_projection_bias else 0) * element
-        total += (2 * model.head_dim if model.qk_norm else 0) * element
-    # The embedding table and the output projection are held dequantized (`CausalLM.place_quantized`).
+    total += sum(group(*matmul) for matmul in _layer_groups(model))
+    per_layer = 2 * hidden + (query + 2 * kv if model.attention_bias else 0)
+    per_layer += (hidden if model.output_projection_bias else 0) + (2 * model.head_dim if model.qk_norm else 0)
+    total += model.num_layers * per_layer * element
+    # The embedding table and the output projection are held in float (`CausalLM.place_quantized`).
     embedding = model.vocab_size * hidden
     total += embedding * (4 if "model.embed_tokens.weight" in kinds else element)
     if not model.tie_word_embeddings:

@@ -98,3 +98,15 @@ def test_kv_exact_blocks_is_a_tkv_window_of_one_to_sixteen_blocks_within_one_ker
             EngineConfig(**settings)
         assert refused.value.field == "kv_exact_blocks" and words in refused.value.description
     assert EngineConfig(kv_cache_dtype="bfloat16", block_size=512).kv_exact_blocks == 0  # no window to check
+
+
+def test_int8_cpu_weights_run_on_one_cpu_rank_only() -> None:
+    assert EngineConfig(cpu_weights="int8").cpu_weights == "int8"
+    assert resolve(EngineConfig, _parse(["--cpu-weights", "int8"]), environ={}).cpu_weights == "int8"
+    with pytest.raises(InvalidArgumentError, match=r"cpu_weights: int8 runs on the CPU with one rank .* not on "
+                                                   r"'cuda' with tensor_parallel_size 1; use --cpu-weights float"):
+        EngineConfig(device="cuda", cpu_weights="int8")
+    with pytest.raises(InvalidArgumentError, match=r"cpu_weights: int8 .* not on 'cpu' with tensor_parallel_size 2"):
+        EngineConfig(tensor_parallel_size=2, cpu_weights="int8")
+    with pytest.raises(InvalidArgumentError, match=r"cpu_weights: must be 'float', 'int4' or 'int8', got 'int2'"):
+        EngineConfig(cpu_weights="int2")
