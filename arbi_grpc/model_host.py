@@ -50,8 +50,10 @@ class ModelHost:
     def __init__(self, config: EngineConfig, loader: ModelLoader, served: ServedModel | None = None,
                  on_readiness_change: Callable[[bool], Awaitable[None]] | None = None,
                  host_components: tuple[MemoryComponent, ...] = (),
-                 other_residents: Callable[[], tuple[MemoryComponent, ...]] = tuple) -> None:
+                 other_residents: Callable[[], tuple[MemoryComponent, ...]] = tuple,
+                 load_wait_s: float = 30.0) -> None:
         self._config = config
+        self.load_wait_s = load_wait_s  # how long a request waits for a model that is loading
         self._loader = loader
         self._models = ResidentModels()
         if served is not None:
@@ -115,6 +117,11 @@ class ModelHost:
         """The resident model `model` names (empty: the default); for tokenizer calls. NOT_FOUND for a name
         that is not served, UNAVAILABLE while it loads."""
         return self._models.get(model)
+
+    async def ready(self, model: str) -> None:
+        """Waits up to `load_wait_s` while the model `model` names (empty: the default) is loading; UNAVAILABLE
+        with the reason once the wait is over and it is still loading. Call it before `resident` or `admit`."""
+        await self._models.ready(model, self.load_wait_s)
 
     def admit(self, model: str) -> ServedModel:
         """The model a new generate request goes to; UNAVAILABLE while draining or without a model."""

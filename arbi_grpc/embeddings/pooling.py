@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from arbi_grpc.attention.uncached import Spans
 from arbi_grpc.errors import ModelLoadError
 
 _POOLING_MODULE = "sentence_transformers.models.Pooling"
@@ -25,6 +27,7 @@ _NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
 class PoolingMode(Enum):
     MEAN = "mean"
     CLS = "cls"
+    LAST = "last"  # the last token's state: a decoder model's default (`embeddings/decoder_embedder.py`)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,21 @@ class PoolingConfig:
         return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
+def pool_spans(mode: PoolingMode, hidden: Tensor, spans: Spans) -> Tensor:
+    """One float32 vector per sequence of a flattened batch `hidden` [T, dim] laid out by `spans`: its last
+    token's state, or the mean over its tokens."""
+    if mode is PoolingMode.LAST:
+        return hidden.index_select(0, spans.last_rows(hidden.device)).float()
+    if mode is PoolingMode.MEAN:
+        sequence_of_row = torch.repeat_interleave(
+            torch.arange(len(spans.lengths), device=hidden.device),
+            torch.tensor(spans.lengths, device=hidden.device))
+        sums = torch.zeros((len(spans.lengths), hidden.shape[1]), dtype=torch.float32, device=hidden.device)
+        sums.index_add_(0, sequence_of_row, hidden.float())
+        return sums / torch.tensor(spans.lengths, dtype=torch.float32, device=hidden.device)[:, None]
+    raise NotImplementedError(f"pooling {mode.value!r} over whole sequences: decoder models pool last or mean")
+
+
 def finish_vectors(vectors: Tensor, dimensions: int | None, normalize: bool) -> Tensor:
     """Truncates to the first `dimensions` values, then L2-normalizes when asked."""
     if dimensions is not None:
@@ -83,4 +101,4 @@ def _read_json(path: Path) -> dict | list:
         raise ModelLoadError(f"{path}: {error}") from error
 
 
-__all__ = ["PoolingConfig", "PoolingMode", "cosine_scores", "finish_vectors"]
+__all__ = ["PoolingConfig", "PoolingMode", "cosine_scores", "finish_vectors", "pool_spans"]
