@@ -1,5 +1,6 @@
 """The pooling an embedding checkpoint declares (modules.json, the Pooling config, Normalize, max_seq_length)
-and the mean/CLS pooling and truncation against direct computations on random hidden states."""
+and the mean/CLS pooling, a decoder's whole-sequence last/mean pooling and truncation against direct computations
+on random hidden states."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from arbi_grpc.embeddings.pooling import PoolingConfig, PoolingMode, cosine_scores, finish_vectors
+from arbi_grpc.attention.uncached import Spans
+from arbi_grpc.embeddings.pooling import PoolingConfig, PoolingMode, cosine_scores, finish_vectors, pool_spans
 from arbi_grpc.errors import ModelLoadError
 
 
@@ -64,3 +66,13 @@ def test_truncation_then_normalization_and_cosine() -> None:
     torch.testing.assert_close(finished, vectors[:, :3] / vectors[:, :3].norm(dim=-1, keepdim=True))
     scores = cosine_scores(vectors[0], vectors)
     torch.testing.assert_close(scores, torch.nn.functional.cosine_similarity(vectors[0:1], vectors))
+
+
+def test_whole_sequence_pooling_takes_the_last_token_or_the_mean() -> None:
+    hidden = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    spans = Spans((2, 1, 3))
+    torch.testing.assert_close(pool_spans(PoolingMode.LAST, hidden, spans), hidden[[1, 2, 5]])
+    expected = torch.stack([hidden[0:2].mean(0), hidden[2], hidden[3:6].mean(0)])
+    torch.testing.assert_close(pool_spans(PoolingMode.MEAN, hidden, spans), expected)
+    with pytest.raises(NotImplementedError, match="decoder models pool last or mean"):
+        pool_spans(PoolingMode.CLS, hidden, spans)
