@@ -18,7 +18,8 @@ from arbi_grpc.model_host import FailedPreconditionError, ModelHost
 
 @dataclass(frozen=True)
 class KvReload:
-    """What a reload did: the model it acted on, the setting now in force, requests cancelled by the drain, prefix blocks dropped."""
+    """What a reload did: the model it acted on, the setting now in force, requests cancelled by the drain, prefix
+    blocks dropped."""
 
     model: str
     kv_codec: str

@@ -38,7 +38,8 @@ _TOKEN_IDS: Schema = {"type": "array", "minItems": 1, "items": {"type": "integer
 EMBEDDING_REQUEST: Schema = {
     "type": "object", "required": ["input", "model"], "additionalProperties": False,
     "properties": {
-        "model": {"type": "string", "description": "A resident embedding model, or a chat model (its own hidden states, pooled)."},
+        "model": {"type": "string",
+                  "description": "A resident embedding model, or a chat model (its own hidden states, pooled)."},
         "input": {"oneOf": [
             {"type": "string", "minLength": 1},
             {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
@@ -53,7 +54,8 @@ EMBEDDING_REQUEST: Schema = {
 RERANK_REQUEST: Schema = {
     "type": "object", "required": ["query", "documents"], "additionalProperties": False,
     "properties": {
-        "model": {"type": "string", "description": "A resident embedding model or chat model (empty: the first embedding model)."},
+        "model": {"type": "string",
+                  "description": "A resident embedding model or chat model (empty: the first embedding model)."},
         "query": {"type": "string", "minLength": 1},
         "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [
             {"type": "string"},

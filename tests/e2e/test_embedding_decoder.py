@@ -98,7 +98,8 @@ def test_mean_pooling_averages_the_final_hidden_states(served_smollm2, reference
 
 def test_token_ids_embed_as_their_text(served_smollm2, embedder) -> None:
     ids = _token_lists(served_smollm2.served, TEXTS[:1])[0]
-    by_ids = embedder.Embed(pb.EmbedRequest(inputs=[types_pb.EmbeddingInput(token_ids=generation_pb.TokenIds(ids=ids))]))
+    token_ids = types_pb.EmbeddingInput(token_ids=generation_pb.TokenIds(ids=ids))
+    by_ids = embedder.Embed(pb.EmbedRequest(inputs=[token_ids]))
     _assert_close(_vectors(by_ids), _vectors(embedder.Embed(pb.EmbedRequest(inputs=_texts(TEXTS[0])))))
 
 

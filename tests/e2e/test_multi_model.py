@@ -2,8 +2,8 @@
 pool, loaded as `serve --model a=DIR --model b=DIR` loads them): requests route by `model` and equal their solo
 runs, an unknown name is NOT_FOUND listing the resident ones, the memory report and the metrics cover both,
 `plan` estimates the pair, the gateway lists and routes both through the openai SDK, one model unloads and reloads
-(UNAVAILABLE while it loads, with --model-load-wait-ms 0) while the other keeps serving, and a third model, loaded or switched in by name, cannot fit and is refused naming itself and the
-component."""
+(UNAVAILABLE while it loads, with --model-load-wait-ms 0) while the other keeps serving, and a third model,
+loaded or switched in by name, cannot fit and is refused naming itself and the component."""
 
 from __future__ import annotations
 

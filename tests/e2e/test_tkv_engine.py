@@ -1,6 +1,7 @@
 """TKV through a real gRPC server: one wikitext window scored with a K8V8 cache within 0.5% of the fp32 KV
 server's loss, the setting and its memory in the admin API, ReloadKvCalibration (good and bad bundles, the old
-one serving on failure, acting on the model it names), and boot refusals (no bundle, bad bits, another model's bundle, a corrupt bundle).
+one serving on failure, acting on the model it names), and boot refusals (no bundle, bad bits, another model's
+bundle, a corrupt bundle).
 
 The bundles here are uncalibrated (`TkvCalibration.uniform`: rotation only), which K8V8 does not need; the
 calibrated quality table comes from benchmarks/tkv_perplexity.py.

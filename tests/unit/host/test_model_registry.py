@@ -1,5 +1,6 @@
 """ResidentModels: routing by served name (empty: the default, the first), UNAVAILABLE while a name loads, a
-bounded wait for a load in progress (answered when the load ends, UNAVAILABLE with the reason past the bound), NOT_FOUND listing the resident names, duplicate names refused, a switch keeping the order, an unload promoting
+bounded wait for a load in progress (answered when the load ends, UNAVAILABLE with the reason past the bound),
+NOT_FOUND listing the resident names, duplicate names refused, a switch keeping the order, an unload promoting
 the next model to default. Models are stand-ins with a name (the registry reads nothing else)."""
 
 from __future__ import annotations
