@@ -19,7 +19,7 @@ from arbi_kernels.limits import MAX_EXACT_WINDOW_TOKENS  # one tile of the TKV t
 MIB = 1024 * 1024
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
-EMBEDDING_POOLINGS = ("last", "mean")  # a decoder model's (embeddings/decoder_embedder.py)
+EMBEDDING_POOLINGS = ("auto", "last", "mean")  # a decoder model's (embeddings/decoder_embedder.py)
 MAX_KV_EXACT_BLOCKS = 16
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 
@@ -123,11 +123,13 @@ class _EngineFields(SchedulingLimits):
                "fails RESOURCE_EXHAUSTED (the compile still finishes and is cached)"
     )
     embedding_pooling: str = setting(
-        "last", "how this chat model's Embed vectors pool its final hidden states (after the final norm): last (the "
-                "last token's, the default for decoder models) or mean (over the input's tokens)"
+        "auto", "how this chat model's Embed vectors pool its final hidden states (after the final norm): last (the "
+                "last token's), mean (over the input's tokens), or auto (what a sentence-transformers checkpoint "
+                "declares in modules.json, pooling and normalization; else last)"
     )
     embedding_normalize: bool = setting(
-        True, "L2-normalize this chat model's Embed vectors (a request's `normalize` overrides it)"
+        True, "L2-normalize this chat model's Embed vectors unless its checkpoint declares otherwise under "
+              "--embedding-pooling auto (a request's `normalize` overrides both)"
     )
     torch_threads: int = setting(
         0, "CPU threads used by torch in each rank (0 = torch's default; under tensor parallelism on the CPU, the "

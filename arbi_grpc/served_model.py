@@ -16,8 +16,7 @@ from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.config import MIB, EngineConfig
-from arbi_grpc.embeddings.decoder_embedder import DECODER_POOLING_MODES, DecoderEmbedder, DecoderEmbeddingModel
-from arbi_grpc.embeddings.pooling import PoolingConfig
+from arbi_grpc.embeddings.decoder_embedder import DecoderEmbedder, DecoderEmbeddingModel, decoder_pooling
 from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.grammar.compile_cache import CompileCache
@@ -156,7 +155,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
     )
     embeddings = DecoderEmbeddingModel(
         name, tokenizer, model_config.vocab_size, max_model_len, model_config.hidden_size,
-        PoolingConfig(DECODER_POOLING_MODES[config.embedding_pooling], config.embedding_normalize, None))
+        decoder_pooling(config.embedding_pooling, config.embedding_normalize, resolved.directory))
     return ServedModel(
         name=name,
         model_config=model_config,

@@ -1,6 +1,7 @@
 """Embeddings from a resident decoder (chat) model: the final hidden states (after the final norm) of one causal
 forward pass over each input, with no KV cache, pooled as the model's settings say (`embedding_pooling`: the last
-token's state by default, or the mean over the tokens), run on the model's engine thread between its steps.
+token's state by default, the mean over the tokens, or what a sentence-transformers checkpoint declares), run on
+the model's engine thread between its steps.
 
 Why a forward of its own rather than a prefill-only request through the scheduler (docs/embeddings.md): it holds
 no KV block, so it cannot leak one nor wait for one, and a prefix-cache hit cannot skip the hidden states that
@@ -20,6 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -29,10 +31,25 @@ from arbi_grpc.embeddings.embedding_model import EmbeddingInput, validated_token
 from arbi_grpc.embeddings.pooling import PoolingConfig, PoolingMode, pool_spans
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.request import Priority
-from arbi_grpc.errors import ArbiError, EngineStepError, UnimplementedError
+from arbi_grpc.errors import ArbiError, EngineStepError, ModelLoadError, UnimplementedError
 from arbi_grpc.text.tokenizer import TextTokenizer
 
 DECODER_POOLING_MODES = {"last": PoolingMode.LAST, "mean": PoolingMode.MEAN}
+
+
+def decoder_pooling(setting: str, normalize: bool, model_dir: Path) -> PoolingConfig:
+    """The pooling of a decoder model's embeddings: `setting` last or mean (normalized as `normalize` says), or
+    auto: the pooling and normalization a sentence-transformers checkpoint declares (modules.json), else last.
+    A declared pooling other than last or mean is refused (ModelLoadError)."""
+    if setting != "auto":
+        return PoolingConfig(DECODER_POOLING_MODES[setting], normalize, None)
+    if not (model_dir / "modules.json").is_file():
+        return PoolingConfig(PoolingMode.LAST, normalize, None)
+    declared = PoolingConfig.from_model_dir(model_dir)
+    if declared.mode not in DECODER_POOLING_MODES.values():
+        raise ModelLoadError(f"{model_dir}: a decoder model pools last or mean, not the declared "
+                             f"{declared.mode.value!r}; serve it with --embedding-pooling last or mean")
+    return PoolingConfig(declared.mode, declared.normalize, None)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """How an embedding model turns hidden states into one vector: the pooling its checkpoint declares.
 
 sentence-transformers checkpoints declare it in `modules.json` (a Pooling module's directory, holding
-`config.json` with one `pooling_mode_*` flag, and an optional Normalize module) and their context in
+`config.json` with one `pooling_mode_*` flag: mean, CLS or last token, and an optional Normalize module) and their context in
 `sentence_bert_config.json` (`max_seq_length`). A directory without `modules.json` pools by mean, without
 normalization, over the model's full context.
 """
@@ -50,7 +50,8 @@ class PoolingConfig:
         if pooling:
             flags = _read_json(model_dir / pooling[0].get("path", "") / "config.json")
             chosen = [name for name, on in flags.items() if name.startswith("pooling_mode_") and on]
-            modes = {"pooling_mode_mean_tokens": PoolingMode.MEAN, "pooling_mode_cls_token": PoolingMode.CLS}
+            modes = {"pooling_mode_mean_tokens": PoolingMode.MEAN, "pooling_mode_cls_token": PoolingMode.CLS,
+                     "pooling_mode_lasttoken": PoolingMode.LAST}
             if len(chosen) != 1 or chosen[0] not in modes:
                 raise ModelLoadError(f"{model_dir}: pooling {chosen} is not supported (one of {sorted(modes)})")
             mode = modes[chosen[0]]
@@ -63,6 +64,8 @@ class PoolingConfig:
         hidden = hidden.float()
         if self.mode is PoolingMode.CLS:
             return hidden[:, 0]
+        if self.mode is PoolingMode.LAST:
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), attention_mask.sum(dim=1) - 1]
         mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
         return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
