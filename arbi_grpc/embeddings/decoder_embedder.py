@@ -7,9 +7,10 @@ Why a forward of its own rather than a prefill-only request through the schedule
 no KV block, so it cannot leak one nor wait for one, and a prefix-cache hit cannot skip the hidden states that
 mean pooling needs.
 
-Jobs queue here; the first one queued posts one engine call (`Engine.call`), which takes the jobs queued by the
-time it runs, interactive first, up to `max_round_tokens` (one larger job runs alone); jobs left over post the
-next call. A round's rows run sorted by length in forward passes of at most `max_forward_tokens` tokens, the
+Jobs queue here; the first one queued posts one engine call (`Engine.call`, after the engine's next step when
+requests are in it), which takes the jobs queued by the time it runs, interactive first, up to
+`max_round_tokens` (one larger job runs alone); jobs left over post the next call, so rounds and the chats'
+steps alternate. A round's rows run sorted by length in forward passes of at most `max_forward_tokens` tokens, the
 engine's step budget whose activations its memory budget profiled (a longer input runs alone). A failed forward
 fails the jobs of its round only; a refused call (the engine shut down or failed) fails the jobs still queued.
 """
@@ -110,7 +111,7 @@ class DecoderEmbedder:
         return job.result
 
     def _post(self) -> None:
-        self._engine.call(self._run_round).add_done_callback(self._refused)
+        self._engine.call(self._run_round, after_step=True).add_done_callback(self._refused)
 
     def _refused(self, call: Future) -> None:
         """The engine refused or dropped the call: the jobs still waiting get its reason."""

@@ -28,7 +28,8 @@ class _Engine:
         self.fail_next_forward = False
         self.runner = SimpleNamespace(ranks=None, device=torch.device("cpu"), model=self._model)
 
-    def call(self, function) -> Future:
+    def call(self, function, after_step: bool = False) -> Future:
+        assert after_step  # rounds leave the chats' steps between them
         future: Future = Future()
         if self.refusal is not None:
             future.set_exception(self.refusal)
