@@ -9,7 +9,7 @@ mean pooling needs.
 
 Jobs queue here; the first one queued posts one engine call (`Engine.call`, after the engine's next step when
 requests are in it), which takes the jobs queued by the time it runs, interactive first, up to
-`max_round_tokens` (one larger job runs alone); jobs left over post the next call, so rounds and the chats'
+`max_round_tokens` (default four forward passes' worth; one larger job runs alone); jobs left over post the next call, so rounds and the chats'
 steps alternate. A round's rows run sorted by length in forward passes of at most `max_forward_tokens` tokens, the
 engine's step budget whose activations its memory budget profiled (a longer input runs alone). A failed forward
 fails the jobs of its round only; a refused call (the engine shut down or failed) fails the jobs still queued.
@@ -36,6 +36,7 @@ from arbi_grpc.errors import ArbiError, EngineStepError, ModelLoadError, Unimple
 from arbi_grpc.text.tokenizer import TextTokenizer
 
 DECODER_POOLING_MODES = {"last": PoolingMode.LAST, "mean": PoolingMode.MEAN}
+ROUND_FORWARDS = 4  # a round's default token budget, in forward passes: bounds the chats' wait behind one round
 
 
 def decoder_pooling(setting: str, normalize: bool, model_dir: Path) -> PoolingConfig:
@@ -86,11 +87,11 @@ class DecoderEmbedder:
     """Embeds with `engine`'s model; `submit` is safe from any thread."""
 
     def __init__(self, model: DecoderEmbeddingModel, engine: Engine, max_forward_tokens: int,
-                 max_round_tokens: int = 16384) -> None:
+                 max_round_tokens: int | None = None) -> None:
         self.model = model
         self._engine = engine
         self.max_forward_tokens = max_forward_tokens
-        self.max_round_tokens = max_round_tokens
+        self.max_round_tokens = max_round_tokens or ROUND_FORWARDS * max_forward_tokens
         self._attention = UncachedCausalAttention()
         self._lock = threading.Lock()
         self._waiting: dict[Priority, deque[_Job]] = {Priority.INTERACTIVE: deque(), Priority.BATCH: deque()}
