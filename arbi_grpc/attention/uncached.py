@@ -2,14 +2,15 @@
 model's embeddings: `embeddings/decoder_embedder.py`). Each sequence of the flattened batch attends causally over
 its own tokens only; nothing is written anywhere.
 
-Queries run in chunks of at most `query_chunk_tokens` per sequence, so a long input's scores stay
-[heads, chunk, length] rather than [heads, length, length] (on the CPU, scaled_dot_product_attention with a mask
-materializes them).
+Sequences of at most `query_chunk_tokens` attend together, padded to the longest in one call per layer (the
+layout and mask are built once per pass and device, in `Spans`); a longer sequence attends alone, its queries in chunks of
+`query_chunk_tokens`, so its scores stay [heads, chunk, length] rather than [heads, length, length] (on the CPU,
+scaled_dot_product_attention with a mask materializes them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import ClassVar
 
@@ -25,6 +26,7 @@ class Spans:
     `starts[b] : starts[b] + lengths[b]`, at positions 0 .. lengths[b] - 1."""
 
     lengths: tuple[int, ...]
+    _layouts: dict = field(default_factory=dict, compare=False, repr=False)  # device -> padded_layout's tensors
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) < 1:
@@ -42,6 +44,23 @@ class Spans:
         """[T] int64: each token's position in its sequence."""
         return torch.cat([torch.arange(length, dtype=torch.int64) for length in self.lengths]).to(device)
 
+    def padded_layout(self, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """(row [T], column [T]) of each flat token in a [B, longest] padding, and the mask [B, longest, longest]
+        of the keys each padded query may see (its own sequence's, up to itself; a padding query sees its
+        sequence's tokens, so no row is empty). Built once per pass and device."""
+        if device not in self._layouts:
+            self._layouts[device] = tuple(tensor.to(device) for tensor in self._padded_layout())
+        return self._layouts[device]
+
+    def _padded_layout(self) -> tuple[Tensor, Tensor, Tensor]:
+        longest = max(self.lengths)
+        rows = torch.repeat_interleave(torch.arange(len(self.lengths)), torch.tensor(self.lengths))
+        columns = self.positions("cpu")
+        keys = torch.arange(longest)
+        causal = keys[None, :] <= keys[:, None]  # [Lq, Lk]
+        real = keys[None, :] < torch.tensor(self.lengths)[:, None]  # [B, Lk]
+        return rows, columns, causal[None] & real[:, None, :]
+
     def last_rows(self, device: torch.device | str) -> Tensor:
         """[B] int64: the flat row of each sequence's last token."""
         return torch.tensor([start + length - 1 for start, length in zip(self.starts, self.lengths)],
@@ -57,6 +76,8 @@ class UncachedCausalAttention:
 
     def forward(self, layer_index: int, query: Tensor, key: Tensor, value: Tensor, metadata: Spans,
                 kv_cache: object = None) -> Tensor:
+        if max(metadata.lengths) <= self.query_chunk_tokens:
+            return _attend_padded(query, key, value, metadata)
         output = torch.empty_like(query)  # [T, H, D]
         for start, length in zip(metadata.starts, metadata.lengths):
             keys, values = key[start:start + length][None], value[start:start + length][None]  # [1, L, Hkv, D]
@@ -68,3 +89,12 @@ class UncachedCausalAttention:
                                                    values[:, :last], allowed[None])
                 output[start + first:start + last] = attended[0]
         return output
+
+
+def _attend_padded(query: Tensor, key: Tensor, value: Tensor, spans: Spans) -> Tensor:
+    """Every sequence at once, padded to the longest: [T, H, D]."""
+    rows, columns, allowed = spans.padded_layout(query.device)
+    shape = (len(spans.lengths), max(spans.lengths))
+    padded = [tensor.new_zeros((*shape, *tensor.shape[1:])).index_put_((rows, columns), tensor)
+              for tensor in (query, key, value)]  # [B, L, heads, D]
+    return grouped_query_attention(*padded, allowed)[rows, columns]
