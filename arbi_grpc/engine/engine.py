@@ -1,7 +1,8 @@
 """The engine loop: one thread that owns the scheduler and the model runner.
 
 Other threads talk to it only through `submit`, `cancel` and `call`, which post tasks to a queue (a cancel
-is a task too; a call may ask to run after the next step, `after_step`); once `shutdown` began, new submits and calls are refused with UnavailableError. An unexpected
+is a task too; a call may ask to run after the next step, `after_step`); once `shutdown` began, new submits and
+calls are refused with UnavailableError. An unexpected
 error inside the loop ends every request with INTERNAL, refuses everything after it (`failure`) and calls
 `on_failure`, so the server stops reporting ready instead of leaving streams hanging. Each
 step the loop takes new tasks, schedules, launches the model once, and streams outputs back through each
