@@ -2,8 +2,8 @@
 model's embeddings: `embeddings/decoder_embedder.py`). Each sequence of the flattened batch attends causally over
 its own tokens only; nothing is written anywhere.
 
-Sequences of at most `query_chunk_tokens` attend together, padded to the longest in one call per layer (the
-layout and mask are built once per pass and device, in `Spans`); a longer sequence attends alone, its queries in chunks of
+Sequences of at most `query_chunk_tokens` attend together, padded to the longest in one call per layer (the layout
+and mask are built once per pass and device, in `Spans`); a longer sequence attends alone, its queries in chunks of
 `query_chunk_tokens`, so its scores stay [heads, chunk, length] rather than [heads, length, length] (on the CPU,
 scaled_dot_product_attention with a mask materializes them).
 """

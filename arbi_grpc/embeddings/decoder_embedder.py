@@ -1,18 +1,19 @@
 """Embeddings from a resident decoder (chat) model: the final hidden states (after the final norm) of one causal
 forward pass over each input, with no KV cache, pooled as the model's settings say (`embedding_pooling`: the last
-token's state by default, the mean over the tokens, or what a sentence-transformers checkpoint declares), run on
-the model's engine thread between its steps.
+token's state by default, the mean over the tokens, or what a sentence-transformers checkpoint declares), run on the
+model's engine thread between its steps.
 
-Why a forward of its own rather than a prefill-only request through the scheduler (docs/embeddings.md): it holds
-no KV block, so it cannot leak one nor wait for one, and a prefix-cache hit cannot skip the hidden states that
-mean pooling needs.
+Why a forward of its own rather than a prefill-only request through the scheduler (docs/embeddings.md): it holds no
+KV block, so it cannot leak one nor wait for one, and a prefix-cache hit cannot skip the hidden states that mean
+pooling needs.
 
 Jobs queue here; the first one queued posts one engine call (`Engine.call`, after the engine's next step when
-requests are in it), which takes the jobs queued by the time it runs, interactive first, up to
-`max_round_tokens` (default four forward passes' worth; one larger job runs alone); jobs left over post the next call, so rounds and the chats'
-steps alternate. A round's rows run sorted by length in forward passes of at most `max_forward_tokens` tokens, the
-engine's step budget whose activations its memory budget profiled (a longer input runs alone). A failed forward
-fails the jobs of its round only; a refused call (the engine shut down or failed) fails the jobs still queued.
+requests are in it), which takes the jobs queued by the time it runs, interactive first, up to `max_round_tokens`
+(default four forward passes' worth; one larger job runs alone); jobs left over post the next call, so rounds and
+the chats' steps alternate. A round's rows run sorted by length in forward passes of at most `max_forward_tokens`
+tokens, the engine's step budget whose activations its memory budget profiled (a longer input runs alone). A failed
+forward fails the jobs of its round only; a refused call (the engine shut down or failed) fails the jobs still
+queued.
 """
 
 from __future__ import annotations

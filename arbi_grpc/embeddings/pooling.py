@@ -1,7 +1,7 @@
 """How an embedding model turns hidden states into one vector: the pooling its checkpoint declares.
 
-sentence-transformers checkpoints declare it in `modules.json` (a Pooling module's directory, holding
-`config.json` with one `pooling_mode_*` flag: mean, CLS or last token, and an optional Normalize module) and their context in
+sentence-transformers checkpoints declare it in `modules.json` (a Pooling module's directory, holding `config.json`
+with one `pooling_mode_*` flag: mean, CLS or last token, and an optional Normalize module) and their context in
 `sentence_bert_config.json` (`max_seq_length`). A directory without `modules.json` pools by mean, without
 normalization, over the model's full context.
 """
