@@ -19,6 +19,7 @@ from arbi_kernels.limits import MAX_EXACT_WINDOW_TOKENS  # one tile of the TKV t
 MIB = 1024 * 1024
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
+EMBEDDING_POOLINGS = ("auto", "last", "mean")  # a decoder model's (embeddings/decoder_embedder.py)
 MAX_KV_EXACT_BLOCKS = 16
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 
@@ -127,6 +128,15 @@ class _EngineFields(SchedulingLimits):
         10000, "longest an output constraint's grammar may take to compile; a request whose grammar takes longer "
                "fails RESOURCE_EXHAUSTED (the compile still finishes and is cached)"
     )
+    embedding_pooling: str = setting(
+        "auto", "how this chat model's Embed vectors pool its final hidden states (after the final norm): last (the "
+                "last token's), mean (over the input's tokens), or auto (what a sentence-transformers checkpoint "
+                "declares in modules.json, pooling and normalization; else last)"
+    )
+    embedding_normalize: bool = setting(
+        True, "L2-normalize this chat model's Embed vectors unless its checkpoint declares otherwise under "
+              "--embedding-pooling auto (a request's `normalize` overrides both)"
+    )
     torch_threads: int = setting(
         0, "CPU threads used by torch in each rank (0 = torch's default; under tensor parallelism on the CPU, the "
            "cores shared evenly among the ranks)"
@@ -174,6 +184,9 @@ class EngineConfig(_EngineFields):
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")
         if self.grammar_compile_timeout_ms <= 0:
             raise InvalidArgumentError("grammar_compile_timeout_ms", f"must be > 0, got {self.grammar_compile_timeout_ms}")
+        if self.embedding_pooling not in EMBEDDING_POOLINGS:
+            raise InvalidArgumentError("embedding_pooling", f"must be one of {', '.join(EMBEDDING_POOLINGS)}, "
+                                                            f"got {self.embedding_pooling!r}")
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
         check_tensor_parallel(self)

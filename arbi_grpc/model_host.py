@@ -50,8 +50,10 @@ class ModelHost:
     def __init__(self, config: EngineConfig, loader: ModelLoader, served: ServedModel | None = None,
                  on_readiness_change: Callable[[bool], Awaitable[None]] | None = None,
                  host_components: tuple[MemoryComponent, ...] = (),
-                 other_residents: Callable[[], tuple[MemoryComponent, ...]] = tuple) -> None:
+                 other_residents: Callable[[], tuple[MemoryComponent, ...]] = tuple,
+                 load_wait_s: float = 30.0) -> None:
         self._config = config
+        self.load_wait_s = load_wait_s  # how long a request waits for a model that is loading
         self._loader = loader
         self._models = ResidentModels()
         if served is not None:
@@ -115,6 +117,11 @@ class ModelHost:
         """The resident model `model` names (empty: the default); for tokenizer calls. NOT_FOUND for a name
         that is not served, UNAVAILABLE while it loads."""
         return self._models.get(model)
+
+    async def ready(self, model: str) -> None:
+        """Waits up to `load_wait_s` while the model `model` names (empty: the default) is loading; UNAVAILABLE
+        with the reason once the wait is over and it is still loading. Call it before `resident` or `admit`."""
+        await self._models.ready(model, self.load_wait_s)
 
     def admit(self, model: str) -> ServedModel:
         """The model a new generate request goes to; UNAVAILABLE while draining or without a model."""
@@ -197,15 +204,16 @@ class ModelHost:
         for engine in engines:
             await asyncio.to_thread(engine.shutdown)
 
-    async def rebuild_quiesced(self, operation: str, drain_timeout_s: float, rebuild: Callable[[Engine], Future],
-                               config: EngineConfig) -> tuple[Any, int]:
-        """Calls `rebuild(engine)`, an engine call (its future resolves on the engine thread), on the default
-        model's engine once no request is in it: admission stops, requests in flight get `drain_timeout_s`, the rest are
-        cancelled; admission resumes afterwards unless a drain was already in force. When `rebuild` succeeds,
-        `config` becomes the config new models load with. Returns rebuild's result and how many requests were
-        cancelled.
+    async def rebuild_quiesced(self, model: str, operation: str, drain_timeout_s: float,
+                               rebuild: Callable[[Engine], Future], config: EngineConfig) -> tuple[Any, int]:
+        """Calls `rebuild(engine)`, an engine call (its future resolves on the engine thread), on the engine of the
+        resident model `model` names (empty: the default) once no request is in it: admission stops, requests in
+        flight on it get `drain_timeout_s`, the rest are cancelled; admission resumes afterwards unless a drain was
+        already in force. When `rebuild` succeeds on the default model, `config` becomes the config new models load
+        with. Returns rebuild's result and how many requests were cancelled.
         """
-        served = self._require_resident()
+        self._require_resident()
+        served = self._models.get(model)
         with self._exclusive(operation):
             was_draining = self._draining
             await self.drain(0)
@@ -214,7 +222,8 @@ class ModelHost:
                 snapshots = await asyncio.wrap_future(served.engine.list_requests()) if remaining else []
                 cancelled = [await asyncio.wrap_future(served.engine.cancel(s.request_id)) for s in snapshots]
                 result = await asyncio.wrap_future(rebuild(served.engine))
-                self._config = config
+                if served is self.served:
+                    self._config = config
             finally:
                 if not was_draining:
                     await self.resume()

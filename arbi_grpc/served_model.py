@@ -16,6 +16,7 @@ from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
 from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.embeddings.decoder_embedder import DecoderEmbedder, DecoderEmbeddingModel, decoder_pooling
 from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.engine import Engine
 from arbi_grpc.engine.grammar.compile_cache import CompileCache
@@ -86,6 +87,7 @@ class ServedModel:
     kv_block_bytes: int  # one block over all layers, keys and values (state per first block or batch slot is apart)
     memory_budget: MemoryBudget  # its own components, measured at its load (the other residents are apart)
     metrics: ModelMetrics
+    embedder: DecoderEmbedder  # its Embed requests, run on its engine thread
 
 
 def build_served_model(config: EngineConfig, placement: Placement = Placement()) -> ServedModel:
@@ -152,6 +154,9 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         extra={"event": "boot", "model": name, "config": asdict(config),
                "memory_budget": budget.as_dict()},
     )
+    embeddings = DecoderEmbeddingModel(
+        name, tokenizer, model_config.vocab_size, max_model_len, model_config.hidden_size,
+        decoder_pooling(config.embedding_pooling, config.embedding_normalize, resolved.directory))
     return ServedModel(
         name=name,
         model_config=model_config,
@@ -164,6 +169,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         kv_block_bytes=bytes_per_block,
         memory_budget=budget,
         metrics=metrics,
+        embedder=DecoderEmbedder(embeddings, engine, config.max_step_tokens),
     )
 
 

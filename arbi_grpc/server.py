@@ -77,9 +77,10 @@ class GrpcServer:
         audio_memory = estimated_audio_component() if self.config.audio and loader is build_served_model else None
         self._host_components = (audio_memory,) if audio_memory is not None else ()
         served = model if isinstance(model, ServedModel) else None
-        self.embeddings = ResidentEmbeddingModels(engine_config.device, check_fits=self._check_embedding_fits)
+        load_wait_s = self.config.model_load_wait_ms / 1000
+        self.embeddings = ResidentEmbeddingModels(engine_config.device, load_wait_s, self._check_embedding_fits)
         self.host = ModelHost(engine_config, loader, served, self._publish_readiness, self._host_components,
-                              self.embeddings.components)
+                              self.embeddings.components, load_wait_s)
         register_embedding_metrics(self.metrics.registry, self.embeddings)
         self._embedding_loads: list[asyncio.Task] = []
         self._address = address
@@ -157,7 +158,8 @@ class GrpcServer:
         generate_service_pb2_grpc.add_GenerateServiceServicer_to_server(
             GenerateServicer(self.host, self.config.max_session_generations, self.embeddings), server
         )
-        embedding_service_pb2_grpc.add_EmbeddingServiceServicer_to_server(EmbeddingServicer(self.embeddings), server)
+        embedding_service_pb2_grpc.add_EmbeddingServiceServicer_to_server(
+            EmbeddingServicer(self.embeddings, self.host), server)
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(self.host, self.config, self.credentials.generate_guarded, self.embeddings), server
         )

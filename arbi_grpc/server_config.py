@@ -48,6 +48,10 @@ class ServerConfig:
         30_000, "how long requests in flight may finish during a model unload or switch, and after SIGTERM or "
                 "SIGINT before the server exits, in ms"
     )
+    model_load_wait_ms: int = setting(
+        30_000, "how long a request for a model (chat or embedding) that is still loading waits for it before it "
+                "fails UNAVAILABLE, in ms (0: at once)"
+    )
     generate_token: str = _secret(
         "bearer token GenerateService calls must carry (empty: generate calls are open)"
     )
@@ -122,6 +126,8 @@ class ServerConfig:
             raise InvalidArgumentError("audio_preload", "preloads AudioService's models, which --no-audio turns off")
         if self.drain_timeout_ms < 0:
             raise InvalidArgumentError("drain_timeout_ms", f"must be >= 0, got {self.drain_timeout_ms}")
+        if self.model_load_wait_ms < 0:
+            raise InvalidArgumentError("model_load_wait_ms", f"must be >= 0, got {self.model_load_wait_ms}")
         for name in ("generate_token", "admin_token"):
             token = getattr(self, name)
             if token and (len(token) < 16 or not token.isprintable() or " " in token):

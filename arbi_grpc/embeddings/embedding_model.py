@@ -7,7 +7,7 @@ tokens ([CLS] ... [SEP]) to texts; token-id inputs are used as given.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,30 +57,8 @@ class EmbeddingModel:
 
     def token_lists(self, inputs: Sequence[EmbeddingInput], field: str = "inputs") -> list[list[int]]:
         """The validated token ids of each input; raises InvalidArgumentError naming `field[i]`."""
-        if not inputs:
-            raise InvalidArgumentError(field, "must hold at least one input")
-        texts = [(index, item.text) for index, item in enumerate(inputs) if item.text is not None]
-        encoded = dict(zip((index for index, _ in texts),
-                           self.tokenizer.encode_batch([text for _, text in texts]) if texts else []))
-        lists: list[list[int]] = []
-        for index, item in enumerate(inputs):
-            name = f"{field}[{index}]"
-            if item.text is not None:
-                if not item.text:
-                    raise InvalidArgumentError(name, "must not be an empty string")
-                ids = list(encoded[index].ids)
-            elif item.token_ids:
-                ids = list(item.token_ids)
-                bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
-                if bad is not None:
-                    raise InvalidArgumentError(name, f"token id {bad} is outside the vocabulary [0, {self.vocab_size})")
-            else:
-                raise InvalidArgumentError(name, "must be a non-empty text or token id list")
-            if len(ids) > self.max_tokens:
-                raise InvalidArgumentError(
-                    name, f"has {len(ids)} tokens, more than the model's context of {self.max_tokens}")
-            lists.append(ids)
-        return lists
+        return validated_token_lists(inputs, field, lambda texts: [e.ids for e in self.tokenizer.encode_batch(texts)],
+                                     self.vocab_size, self.max_tokens)
 
     def embed_batch(self, token_lists: Sequence[Sequence[int]]) -> Tensor:
         """Pooled float32 vectors [len(token_lists), dimensions] (not yet truncated or normalized)."""
@@ -93,3 +71,35 @@ class EmbeddingModel:
             mask[row, :len(tokens)] = 1
         ids, mask = ids.to(self.encoder.device), mask.to(self.encoder.device)
         return self.pooling.pool(self.encoder.forward(ids, mask), mask).cpu()
+
+
+def validated_token_lists(inputs: Sequence[EmbeddingInput], field: str,
+                          encode: Callable[[list[str]], list[list[int]]], vocab_size: int,
+                          max_tokens: int) -> list[list[int]]:
+    """The token ids of each input (texts through `encode`, token ids as given), checked: at least one input, no
+    empty text or id list, ids in [0, vocab_size), at most `max_tokens` each; else InvalidArgumentError naming
+    `field` or `field[i]`."""
+    if not inputs:
+        raise InvalidArgumentError(field, "must hold at least one input")
+    texts = [(index, item.text) for index, item in enumerate(inputs) if item.text]
+    encoded = dict(zip((index for index, _ in texts), encode([text for _, text in texts]) if texts else []))
+    lists: list[list[int]] = []
+    for index, item in enumerate(inputs):
+        name = f"{field}[{index}]"
+        if item.text is not None:
+            if not item.text:
+                raise InvalidArgumentError(name, "must not be an empty string")
+            ids = list(encoded[index])
+        elif item.token_ids:
+            ids = list(item.token_ids)
+            bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+            if bad is not None:
+                raise InvalidArgumentError(name, f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+        else:
+            raise InvalidArgumentError(name, "must be a non-empty text or token id list")
+        if not ids:
+            raise InvalidArgumentError(name, "encodes to no token")
+        if len(ids) > max_tokens:
+            raise InvalidArgumentError(name, f"has {len(ids)} tokens, more than the model's context of {max_tokens}")
+        lists.append(ids)
+    return lists

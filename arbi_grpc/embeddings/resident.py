@@ -87,6 +87,10 @@ class ResidentEmbeddingModels:
         del self._components[name]
         await asyncio.to_thread(runner.close)
 
+    def serves(self, name: str) -> bool:
+        """Whether a request for `name` (empty: the first embedding model) goes to an embedding model here."""
+        return name in self._runners or name in self._loading or (not name and bool(self._runners or self._loading))
+
     async def runner(self, name: str) -> EncoderRunner:
         """The runner of `name` (empty: the first resident one), waiting for a load in progress."""
         if not name:
@@ -99,7 +103,8 @@ class ResidentEmbeddingModels:
             try:
                 await asyncio.wait_for(loading.wait(), self.load_wait_s)
             except TimeoutError:
-                raise UnavailableError(f"embedding model {name!r} is still loading; retry later") from None
+                raise UnavailableError(f"embedding model {name!r} is still loading after waiting "
+                                       f"{self.load_wait_s:g} s (--model-load-wait-ms); retry later") from None
         runner = self._runners.get(name)
         if runner is None:
             raise NotFoundError(f"model {name!r} is not a resident embedding model; resident: {self.names}")

@@ -1,7 +1,8 @@
 """The engine loop: one thread that owns the scheduler and the model runner.
 
 Other threads talk to it only through `submit`, `cancel` and `call`, which post tasks to a queue (a cancel
-is a task too); once `shutdown` began, new submits and calls are refused with UnavailableError. An unexpected
+is a task too; a call may ask to run after the next step, `after_step`); once `shutdown` began, new submits and
+calls are refused with UnavailableError. An unexpected
 error inside the loop ends every request with INTERNAL, refuses everything after it (`failure`) and calls
 `on_failure`, so the server stops reporting ready instead of leaving streams hanging. Each
 step the loop takes new tasks, schedules, launches the model once, and streams outputs back through each
@@ -63,10 +64,12 @@ class _Cancel:
 
 @dataclass(frozen=True)
 class _Call:
-    """Runs `function` on the engine thread between steps and resolves `future` with its result."""
+    """Runs `function` on the engine thread between steps and resolves `future` with its result; `after_step`:
+    not before the engine's next step when one is due."""
 
     function: Callable[[], Any]
     future: Future
+    after_step: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Engine:
                                      overlap_steps)
         self._tasks: queue.SimpleQueue[_Submit | _Cancel | _Call | _GrammarReady | _Shutdown] = queue.SimpleQueue()
         self._grammar_gate = GrammarGate(grammars, self._post_grammar_ready)
+        self._after_step: list[_Call] = []  # taken calls that run once this turn's step is done
         self._sequences: dict[str, Sequence] = {}
         self._lock = threading.Lock()
         self._num_pending = 0  # submitted, not yet taken by the loop
@@ -147,14 +151,16 @@ class Engine:
             if not self._closed:
                 self._tasks.put(_GrammarReady(request_id))
 
-    def call(self, function: Callable[[], Any]) -> Future:
-        """Runs `function` on the engine thread between two steps; the future holds its result."""
+    def call(self, function: Callable[[], Any], after_step: bool = False) -> Future:
+        """Runs `function` on the engine thread between two steps; the future holds its result. With `after_step`
+        it runs after the next step when requests are in the engine (at once when none is), so a chain of such
+        calls, each posting the next, leaves a step between any two (the decoder embedder's rounds)."""
         future: Future = Future()
         with self._lock:
             if self._closed:
                 future.set_exception(self._failure or UnavailableError("the model's engine is shutting down"))
                 return future
-            self._tasks.put(_Call(function, future))
+            self._tasks.put(_Call(function, future, after_step))
         return future
 
     def list_requests(self) -> Future[list[RequestSnapshot]]:
@@ -247,6 +253,7 @@ class Engine:
                     return
                 if self.scheduler.num_unfinished or self.pipeline.has_step_in_flight:
                     self.step()
+                self._run_after_step()
         except Exception as error:  # a defect in the loop itself: end everything loudly, never leave a stream hanging
             self._fail(error)
         finally:
@@ -273,6 +280,7 @@ class Engine:
                 task.future.set_result(False)
             elif isinstance(task, _Call):
                 task.future.set_exception(self._failure)
+        self._drop_after_step(self._failure)
         if self.on_failure is not None:
             self.on_failure(self._failure)
 
@@ -292,6 +300,7 @@ class Engine:
             block, took_any = False, True
             if isinstance(task, _Shutdown):
                 self._abort_all(task.error)
+                self._drop_after_step(UnavailableError("the model's engine is shutting down"))
                 return False
             if isinstance(task, _Fail):
                 raise task.error
@@ -306,9 +315,22 @@ class Engine:
                 cancelled = self._cancel(task.request_id)
                 self._publish_state()
                 task.future.set_result(cancelled)
+            elif task.after_step and (self.scheduler.num_unfinished or self.pipeline.has_step_in_flight):
+                self._after_step.append(task)
             else:
                 self.pipeline.read_step_in_flight()  # a call sees every token read (and may swap the KV storage)
                 self._run_call(task)
+
+    def _run_after_step(self) -> None:
+        calls, self._after_step = self._after_step, []
+        for task in calls:
+            self.pipeline.read_step_in_flight()
+            self._run_call(task)
+
+    def _drop_after_step(self, error: ArbiError) -> None:
+        calls, self._after_step = self._after_step, []
+        for task in calls:
+            task.future.set_exception(error)
 
     def _add(self, task: _Submit) -> None:
         request = task.request

@@ -113,7 +113,8 @@ class DecoderAttention(nn.Module):
         self.output = fused_linear(self.ops, self.o_proj)
 
     def forward(
-        self, states: Tensor, rotation: Rotation, metadata: AttentionMetadata, kv_cache: KVStorage
+        self, states: Tensor, rotation: Rotation, metadata: AttentionMetadata, kv_cache: KVStorage,
+        attention: AttentionBackend | None = None,
     ) -> Tensor:
         if self.qkv is None or self.output is None:
             raise RuntimeError("DecoderAttention: call CausalLM.fuse_projections() once the weights are loaded")
@@ -128,7 +129,8 @@ class DecoderAttention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             head_norms = HeadNormWeights(self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
         query, key = rotation.apply(query, key, head_norms)
-        attended = self.backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
+        backend = attention or self.backend
+        attended = backend.forward(self.layer_index, query, key, value, metadata, kv_cache)  # [T, H, D]
         attended = attended.reshape(num_tokens, self.num_heads * self.head_dim)
         return self.tensor_parallel.all_reduce(self.output(attended))
 
@@ -151,6 +153,7 @@ class DecoderLayer(nn.Module):
         rotation: Rotation,
         metadata: AttentionMetadata,
         kv_cache: KVStorage,
+        attention: AttentionBackend | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(this layer's MLP output, the residual stream before it): the next layer adds the two (fused into
         its input norm), so the stream is `states + residual` between layers. The first layer has no residual.
@@ -159,7 +162,7 @@ class DecoderLayer(nn.Module):
             residual, normed = states, self.input_layernorm(states)
         else:
             normed, residual = self.input_layernorm.add_and_norm(states, residual)
-        attended = self.self_attn(normed, rotation, metadata, kv_cache)
+        attended = self.self_attn(normed, rotation, metadata, kv_cache, attention)
         normed, residual = self.post_attention_layernorm.add_and_norm(attended, residual)
         return self.mlp(normed), residual
 
@@ -237,14 +240,18 @@ class CausalLM(nn.Module):
         return model.eval()
 
     def forward(
-        self, input_ids: Tensor, positions: Tensor, metadata: AttentionMetadata, kv_cache: KVStorage
+        self, input_ids: Tensor, positions: Tensor, metadata: AttentionMetadata, kv_cache: KVStorage,
+        attention: AttentionBackend | None = None,
     ) -> Tensor:
-        """input_ids [T], positions [T] -> normalised hidden states [T, hidden_size]; writes K/V of all T tokens."""
+        """input_ids [T], positions [T] -> normalised hidden states [T, hidden_size]; writes K/V of all T tokens.
+
+        `attention` replaces the model's backend for this pass only, with `metadata` and `kv_cache` of its kind
+        (`attention/uncached.py`: whole sequences, no KV cache)."""
         states = self.tensor_parallel.embed(self.model.embed_tokens, input_ids)  # [T, hidden]
         rotation = self.ops.rotation(positions, states.dtype)
         residual = None
         for layer in self.model.layers:
-            states, residual = layer(states, residual, rotation, metadata, kv_cache)
+            states, residual = layer(states, residual, rotation, metadata, kv_cache, attention)
         return self.model.norm.add_and_norm(states, residual)[0]
 
     def place_quantized(self, weights: dict[str, QuantizedWeight | Int8Weight]) -> None:

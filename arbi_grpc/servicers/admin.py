@@ -130,11 +130,11 @@ class AdminServicer(pb_grpc.AdminServiceServicer):
     async def ReloadKvCalibration(self, request, context) -> pb.ReloadKvCalibrationResponse:
         try:
             timeout_s = self._drain_timeout_s(request.drain_timeout_ms)
-            reload = await _model_operation(reload_kv_calibration(self._host, request.path, request.kv_bits,
-                                                                   timeout_s))
+            reload = await _model_operation(reload_kv_calibration(self._host, request.model, request.path,
+                                                                   request.kv_bits, timeout_s))
         except ArbiError as error:
             await abort_with(context, error)
-        log.info("KV calibration reloaded from %s: %s", request.path, reload.kv_codec)
+        log.info("KV calibration of model %r reloaded from %s: %s", reload.model, request.path, reload.kv_codec)
         return pb.ReloadKvCalibrationResponse(kv_codec=reload.kv_codec, cancelled_request_count=reload.num_cancelled,
                                               flushed_block_count=reload.num_flushed_blocks)
 

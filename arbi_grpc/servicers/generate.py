@@ -91,6 +91,7 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
         ready = asyncio.Event()
         buffer = OutputBuffer(asyncio.get_running_loop(), ready.set)
         try:
+            await self._host.ready(request.model)
             engine, generation, shape = self.start(request, buffer.sink)
         except ArbiError as error:
             await abort_with(context, error)
@@ -144,6 +145,7 @@ class GenerateServicer(pb_grpc.GenerateServiceServicer):
     async def _with_resident_tokenizer(self, handler, request, context: grpc.aio.ServicerContext):
         """Runs a tokenizer RPC against the model `request.model` names; engine errors become statuses."""
         try:
+            await self._host.ready(request.model)
             return handler(self._host.resident(request.model), request)
         except ArbiError as error:
             await abort_with(context, error)

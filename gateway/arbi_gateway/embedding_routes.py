@@ -38,7 +38,8 @@ _TOKEN_IDS: Schema = {"type": "array", "minItems": 1, "items": {"type": "integer
 EMBEDDING_REQUEST: Schema = {
     "type": "object", "required": ["input", "model"], "additionalProperties": False,
     "properties": {
-        "model": {"type": "string", "description": "A resident embedding model."},
+        "model": {"type": "string",
+                  "description": "A resident embedding model, or a chat model (its own hidden states, pooled)."},
         "input": {"oneOf": [
             {"type": "string", "minLength": 1},
             {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
@@ -53,7 +54,8 @@ EMBEDDING_REQUEST: Schema = {
 RERANK_REQUEST: Schema = {
     "type": "object", "required": ["query", "documents"], "additionalProperties": False,
     "properties": {
-        "model": {"type": "string", "description": "A resident embedding model (empty: the first)."},
+        "model": {"type": "string",
+                  "description": "A resident embedding model or chat model (empty: the first embedding model)."},
         "query": {"type": "string", "minLength": 1},
         "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [
             {"type": "string"},
@@ -117,7 +119,7 @@ def embed_request_of(body: dict[str, Any]) -> tuple[pb.EmbedRequest, str]:
     _refuse_unknown(body, EMBEDDING_REQUEST)
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise invalid("model", "'model' must name a resident embedding model", "missing_required_parameter")
+        raise invalid("model", "'model' must name a resident embedding or chat model", "missing_required_parameter")
     encoding = body.get("encoding_format") or "float"
     if encoding not in _ENCODINGS:
         raise invalid("encoding_format", f"must be one of {', '.join(_ENCODINGS)}")

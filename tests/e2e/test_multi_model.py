@@ -1,9 +1,9 @@
 """Two chat models resident in one server (SmolLM2 under the names `a` and `b`, each with its own engine and KV
 pool, loaded as `serve --model a=DIR --model b=DIR` loads them): requests route by `model` and equal their solo
 runs, an unknown name is NOT_FOUND listing the resident ones, the memory report and the metrics cover both,
-`plan` estimates the pair, the gateway lists and routes both through the openai SDK, one model unloads and reloads (UNAVAILABLE while it loads) while the other keeps
-serving, and a third model, loaded or switched in by name, cannot fit and is refused naming itself and the
-component."""
+`plan` estimates the pair, the gateway lists and routes both through the openai SDK, one model unloads and reloads
+(UNAVAILABLE while it loads, with --model-load-wait-ms 0) while the other keeps serving, and a third model,
+loaded or switched in by name, cannot fit and is refused naming itself and the component."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def server(smollm2_dir: Path) -> Iterator:
     from arbi_grpc.server_config import ServerConfig
 
     config = EngineConfig(model=f"a={smollm2_dir},b={smollm2_dir}", memory_limit_mib=LIMIT_MIB, **FLAGS)
-    server = GrpcServer(config, config=ServerConfig(audio=False)).start()
+    server = GrpcServer(config, config=ServerConfig(audio=False, model_load_wait_ms=0)).start()
     server.load_models(served_model_configs(config))
     yield server
     server.stop()
@@ -167,7 +167,7 @@ def test_one_model_unloads_and_reloads_while_the_other_serves(server, stub, admi
         except grpc.RpcError as error:
             codes.add(error.code())
             if error.code() == grpc.StatusCode.UNAVAILABLE:
-                assert "model 'b' is not ready: loading" in error.details()
+                assert "model 'b' is still loading (loading" in error.details()
     loading.join()
     assert grpc.StatusCode.UNAVAILABLE in codes  # requests during the load were told why
     assert generate(stub, _request(QUESTIONS[0], "b")).token_ids == expected

@@ -1,6 +1,7 @@
 """TKV through a real gRPC server: one wikitext window scored with a K8V8 cache within 0.5% of the fp32 KV
 server's loss, the setting and its memory in the admin API, ReloadKvCalibration (good and bad bundles, the old
-one serving on failure), and boot refusals (no bundle, bad bits, another model's bundle, a corrupt bundle).
+one serving on failure, acting on the model it names), and boot refusals (no bundle, bad bits, another model's
+bundle, a corrupt bundle).
 
 The bundles here are uncalibrated (`TkvCalibration.uniform`: rotation only), which K8V8 does not need; the
 calibrated quality table comes from benchmarks/tkv_perplexity.py.
@@ -60,6 +61,8 @@ def tkv_server(smollm2_dir: Path, bundles: dict[str, Path]) -> Iterator:
     config = EngineConfig(model=str(smollm2_dir), kv_cache_dtype="tkv", kv_calibration=str(bundles["k8v8"]),
                           kv_cache_memory_mib=32, max_waiting_requests=16, max_running_requests=8)
     server = GrpcServer(build_served_model(config)).start()
+    # A second, non-default model with a plain cache: ReloadKvCalibration acts on the model it names.
+    server.load_models([EngineConfig(model=f"plain={smollm2_dir}", kv_cache_memory_mib=16, max_running_requests=8)])
     yield server
     server.stop()
 
@@ -123,10 +126,10 @@ def test_server_info_and_memory_report_name_the_setting(served_smollm2, tkv_serv
         assert report.kv_bytes_per_token_per_layer == report.kv_cache_bytes / (report.kv_capacity_token_count * 30)
 
 
-def _reload(server, path: str, kv_bits: str = "") -> admin_pb.ReloadKvCalibrationResponse:
+def _reload(server, path: str, kv_bits: str = "", model: str = "") -> admin_pb.ReloadKvCalibrationResponse:
     channel, admin, metadata = _admin(server)
     with channel:
-        request = admin_pb.ReloadKvCalibrationRequest(path=path, kv_bits=kv_bits, drain_timeout_ms=5000)
+        request = admin_pb.ReloadKvCalibrationRequest(path=path, kv_bits=kv_bits, drain_timeout_ms=5000, model=model)
         return admin.ReloadKvCalibration(request, metadata=metadata)
 
 
@@ -167,7 +170,7 @@ def test_reload_swaps_the_bits_flushes_the_prefix_cache_and_serves(tkv_server, b
         before = generate(stub, chat_request("What is the capital of France?", max_output_tokens=8))
         assert engine.stats().num_cached_blocks > 0
         sink_rows = engine.runner.kv_cache.num_sink_blocks
-        reloaded = _reload(tkv_server, str(bundles["k4v3"]))
+        reloaded = _reload(tkv_server, str(bundles["k4v3"]), model=tkv_server.served.name)
         assert (reloaded.kv_codec, reloaded.cancelled_request_count) == ("tkv K4V3 G32 sink1 exact4", 0)
         assert reloaded.flushed_block_count > 0 and engine.stats().num_cached_blocks == 0
         assert _kv_codec(tkv_server) == "tkv K4V3 G32 sink1 exact4"
@@ -186,6 +189,26 @@ def test_reload_needs_a_tkv_server(served_smollm2, bundles) -> None:
         _reload(served_smollm2, str(bundles["k8v8"]))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "--kv-cache-dtype tkv" in refused.value.details()
+
+
+def test_reload_acts_on_the_model_it_names(tkv_server, bundles) -> None:
+    codec = _kv_codec(tkv_server)
+    with pytest.raises(grpc.RpcError) as plain:  # the non-default model runs no TKV cache: refused, not the default
+        _reload(tkv_server, str(bundles["k8v8"]), model="plain")
+    assert plain.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "--kv-cache-dtype tkv" in plain.value.details()
+    with pytest.raises(grpc.RpcError) as unknown:
+        _reload(tkv_server, str(bundles["k8v8"]), model="no-such-model")
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "model 'no-such-model' is not served here" in unknown.value.details()
+    assert _kv_codec(tkv_server) == codec  # the default model's bundle is untouched
+    plain_engine = tkv_server.host.resident("plain").engine
+    channel, stub = stub_for(tkv_server.target)
+    with channel:
+        request = chat_request("Say hi.", max_output_tokens=4)
+        request.model = "plain"
+        assert generate(stub, request).token_ids  # the named model still serves
+    wait_for_idle_pool(plain_engine)
 
 
 def test_boot_refuses_tkv_without_a_usable_bundle(smollm2_dir: Path, bundles) -> None:

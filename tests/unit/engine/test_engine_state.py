@@ -1,7 +1,7 @@
 """Engine state only through the engine thread: `stats()` is the snapshot published before a request's end or a
 call's result reaches its caller, and a KV storage swap is an engine call, refused (changing nothing) while a
 request is in the engine or for a storage of another shape, and otherwise in force for the next request with the
-prefix cache emptied."""
+prefix cache emptied; calls `after_step` leave a step between them while requests run."""
 
 from __future__ import annotations
 
@@ -93,5 +93,35 @@ def test_a_kv_storage_swap_is_an_engine_call_refused_while_requests_run_or_for_a
         assert generate(engine, [_request("again")])[0].token_ids == before
         assert engine.stats().prefix_cache_hit_tokens == hits_before  # recomputed into the new storage
         assert any(tensor.any() for tensor in replacement.key_caches)
+    finally:
+        engine.shutdown()
+
+
+def test_calls_after_step_leave_a_step_between_them_while_requests_run() -> None:
+    engine = _engine()
+    tokens: list[int] = []
+    engine.start()
+    try:
+        assert engine.call(lambda: "idle", after_step=True).result(timeout=30) == "idle"  # nothing runs: at once
+        engine.submit(_request("running", max_output_tokens=48), lambda output: tokens.extend(output.tokens))
+        while not tokens:
+            threading.Event().wait(0.01)
+        seen: dict[bool, list[int]] = {True: [], False: []}
+        for after_step in (False, True):
+            done: list = []
+
+            def chain(left: int, after_step: bool = after_step, done: list = done) -> None:
+                seen[after_step].append(len(tokens))
+                if left:
+                    engine.call(lambda: chain(left - 1), after_step=after_step)
+                else:
+                    done.append(True)
+
+            engine.call(lambda: chain(3), after_step=after_step).result(timeout=30)
+            while not done:
+                threading.Event().wait(0.01)
+        assert len(set(seen[False])) == 1  # plain calls posted from a call run in the same turn, stepless
+        assert seen[True] == sorted(set(seen[True])) and len(seen[True]) == 4  # a step's tokens between each
+        assert engine.cancel("running").result(timeout=30)
     finally:
         engine.shutdown()
