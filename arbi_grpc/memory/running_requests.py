@@ -8,7 +8,8 @@ What each running sequence costs besides its blocks is priced in the plan it is 
 `kv_exact_blocks` fp16 blocks over all layers, in the pool's bytes), a batch slot, a CUDA graph up to the graph
 batch limit (its kept logits, in the estimate of the other components a default CUDA pool leaves room for) and a
 sampled row of the profiled step. On the CPU a default pool is sized from the limit itself (`kv_pool_default`), so
-auto keeps the floor there.
+auto keeps the floor there. A TKV pool too small for the floor's tail slots beside one sequence of the context
+limit gets as many slots as leave it that sequence, rather than refusing the boot.
 """
 
 from __future__ import annotations
@@ -51,24 +52,36 @@ def choose_running_requests(
     typical = min(TYPICAL_SEQUENCE_TOKENS, config.max_model_len or model.max_position_embeddings)
     typical_blocks = -(-typical // config.block_size)
 
-    def holds(count: int) -> bool:
+    context_blocks = -(-(config.max_model_len or 1) // config.block_size)
+
+    def holds(count: int, blocks_each: int, sequences: int) -> bool:
         candidate = config.with_running_requests(count)
         try:
             budget = budget_for(candidate)
         except ResourceExhaustedError:
             return False  # this limit's other components leave no pool: it holds no sequence
-        return pool_block_count(candidate, model, tkv_calibration, budget.num_bytes) >= count * typical_blocks
+        return pool_block_count(candidate, model, tkv_calibration, budget.num_bytes) >= sequences * blocks_each
 
     bounds = f"within {floor}..{cap}"
-    if not holds(floor):
+    if holds(floor, typical_blocks, floor):
+        count = _largest(floor, cap, lambda n: holds(n, typical_blocks, n))
+        reason = "the cap" if count == cap else f"the sequences of {typical} tokens the KV pool holds"
+        return RunningRequests(count, f"auto: {reason}, {bounds}")
+    if holds(floor, context_blocks, 1) or not holds(1, context_blocks, 1):
         return RunningRequests(floor, f"auto: the floor, {bounds}; the KV pool holds fewer sequences of {typical} "
                                       "tokens")
-    low, high = floor, cap  # holds(low); nothing above high is allowed
+    # The floor's tail slots leave no room for one sequence of the context limit (a small TKV pool): fewer slots.
+    count = _largest(1, floor - 1, lambda n: holds(n, context_blocks, 1))
+    return RunningRequests(count, f"auto: below the floor of {floor}, the most whose TKV tail slots leave the KV pool "
+                                  "one sequence of the context limit")
+
+
+def _largest(low: int, high: int, allowed: Callable[[int], bool]) -> int:
+    """The largest n in [low, high] with allowed(n), given allowed(low) and that allowed only turns false."""
     while low < high:
         middle = (low + high + 1) // 2
-        if holds(middle):
+        if allowed(middle):
             low = middle
         else:
             high = middle - 1
-    reason = "the cap" if low == cap else f"the sequences of {typical} tokens the KV pool holds"
-    return RunningRequests(low, f"auto: {reason}, {bounds}")
+    return low

@@ -11,6 +11,7 @@ from arbi_grpc.engine.request import GenerationRequest
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
 from arbi_grpc.engine.scheduler import Scheduler
 from arbi_grpc.engine.sequence import Sequence
+from arbi_grpc.errors import ResourceExhaustedError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
 from arbi_grpc.memory.budget import MemoryLimit
 from arbi_grpc.memory.kv_pool import KVPoolPlan, plan_kv_pool
@@ -60,6 +61,15 @@ def test_auto_is_bounded_and_an_explicit_limit_wins() -> None:
     stepped = plan_kv_pool(EngineConfig(kv_cache_memory_mib=512, max_step_tokens=100), MODEL)
     assert (stepped.max_running_requests, stepped.running_source) == (100, "auto: the cap, within 64..100")
     assert plan_kv_pool(EngineConfig(kv_cache_memory_mib=512, max_step_tokens=50), MODEL).max_running_requests == 50
+    # A TKV pool too small for the floor's tail slots and one sequence of the context limit: fewer slots, not a
+    # refused boot (an explicit 64 is refused, naming the tail slots).
+    small = _plan("tkv", kv_cache_memory_mib=1, max_model_len=512)
+    assert 1 < small.max_running_requests < 64 and small.num_blocks >= TYPICAL_BLOCKS
+    assert small.running_source.startswith("auto: below the floor of 64, the most whose TKV tail slots leave")
+    with pytest.raises(ResourceExhaustedError, match="does not fit one sequence of max_model_len=512"):
+        _plan("tkv", kv_cache_memory_mib=1, max_model_len=512, max_running_requests=small.max_running_requests + 1)
+    with pytest.raises(ResourceExhaustedError, match="tail slots of 64 running sequences"):
+        _plan("tkv", kv_cache_memory_mib=1, max_running_requests=64)
     explicit = _plan("tkv", kv_cache_memory_mib=16, max_running_requests=12)
     assert (explicit.max_running_requests, explicit.num_tail_slots) == (12, 12)
     assert explicit.running_source == "max_running_requests=12"
