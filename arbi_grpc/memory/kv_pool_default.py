@@ -21,7 +21,7 @@ from arbi_grpc.errors import ResourceExhaustedError
 from arbi_grpc.memory.budget import MemoryComponent, MemoryLimit
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import KVPoolBudget, KVPoolPlan, kv_block_bytes, plan_kv_pool
-from arbi_grpc.memory.residents import with_residents
+from arbi_grpc.memory.residents import is_chat_model, with_residents
 from arbi_grpc.memory.running_requests import choose_running_requests
 from arbi_grpc.models.config import ModelConfig
 
@@ -94,6 +94,7 @@ def plan_default_kv_pool(
         other_bytes = others.total_bytes + sum(component.num_bytes for component in pending)
         return choose_kv_pool_budget(candidate, limit, other_bytes, sequence_bytes, len(pending) + 1)
 
-    running = choose_running_requests(config, model, tkv_calibration, budget_for)
+    beside = bool(pending) or any(is_chat_model(component) for component in residents)
+    running = choose_running_requests(config, model, tkv_calibration, budget_for, beside)
     resolved = config.with_running_requests(running.count)
     return replace(plan_kv_pool(resolved, model, tkv_calibration, budget_for(resolved)), running_source=running.source)

@@ -8,7 +8,8 @@ What each running sequence costs besides its blocks is priced in the plan it is 
 `kv_exact_blocks` fp16 blocks over all layers, in the pool's bytes), a batch slot, a CUDA graph up to the graph
 batch limit (its kept logits, in the estimate of the other components a default CUDA pool leaves room for) and a
 sampled row of the profiled step. On the CPU a default pool is sized from the limit itself (`kv_pool_default`), so
-auto keeps the floor there. A TKV pool too small for the floor's tail slots beside one sequence of the context
+auto keeps the floor there, as it does for a default pool that splits the device with other chat models (each is
+estimated at the floor before it loads, `residents.pending_model_component`). A TKV pool too small for the floor's tail slots beside one sequence of the context
 limit gets as many slots as leave it that sequence, rather than refusing the boot.
 """
 
@@ -37,18 +38,23 @@ class RunningRequests:
 
 def choose_running_requests(
     config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None,
-    budget_for: Callable[[EngineConfig], KVPoolBudget],
+    budget_for: Callable[[EngineConfig], KVPoolBudget], beside_chat_models: bool = False,
 ) -> RunningRequests:
     """`config.max_running_requests` when set; else the most sequences of the typical length whose blocks the pool
     that `budget_for` gives a config of that limit holds (the budget may shrink as the limit grows, by the CUDA
     graphs it prices). A limit whose other components do not fit (ResourceExhaustedError from `budget_for`) holds
-    none; the floor's own plan is made by the caller, which reports such an error."""
+    none; the floor's own plan is made by the caller, which reports such an error. A default pool loaded
+    `beside_chat_models` (others resident or still to load) takes the floor: the default pools split the device
+    equally only if every model's other components are what the split estimated."""
     if not config.running_requests_auto:
         return RunningRequests(config.max_running_requests, f"max_running_requests={config.max_running_requests}")
     cap = config.max_running_requests_bound
     floor = min(AUTO_RUNNING_REQUESTS_FLOOR, cap)
     if config.device == "cpu" and not config.kv_cache_memory_mib:
         return RunningRequests(floor, f"auto: {floor} on the CPU, where the default KV pool is sized from it")
+    if beside_chat_models and not config.kv_cache_memory_mib:
+        return RunningRequests(floor, f"auto: {floor} beside other chat models, with which the default KV pool "
+                                      "splits the device")
     typical = min(TYPICAL_SEQUENCE_TOKENS, config.max_model_len or model.max_position_embeddings)
     typical_blocks = -(-typical // config.block_size)
 
