@@ -57,7 +57,8 @@ def choose_running_requests(
                                       "splits the device")
     typical = min(TYPICAL_SEQUENCE_TOKENS, config.max_model_len or model.max_position_embeddings)
     typical_blocks = -(-typical // config.block_size)
-
+    # What the plan requires of a pool: one sequence of --max-model-len; without it one block (the context limit
+    # is then capped at the pool).
     context_blocks = -(-(config.max_model_len or 1) // config.block_size)
 
     def holds(count: int, blocks_each: int, sequences: int) -> bool:
