@@ -22,6 +22,12 @@ KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
 EMBEDDING_POOLINGS = ("auto", "last", "mean")  # a decoder model's (embeddings/decoder_embedder.py)
 MAX_KV_EXACT_BLOCKS = 16
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
+# --max-running-requests 0 (auto, `memory/running_requests.py`): as many sequences of TYPICAL_SEQUENCE_TOKENS as
+# the KV pool holds beside their TKV tail slots, never fewer than the floor (the fixed default before) nor more
+# than the cap (the default --cuda-graph-max-batch: every decode batch replays a graph) or --max-step-tokens.
+AUTO_RUNNING_REQUESTS_FLOOR = 64
+AUTO_RUNNING_REQUESTS_CAP = 256
+TYPICAL_SEQUENCE_TOKENS = 2048
 
 
 def setting(default, help: str, repeat: bool = False):  # noqa: A002 (mirrors argparse's name)
@@ -36,7 +42,7 @@ class SchedulingLimits:
     (from the engine's next step). `check` lists every violation of a set of values, so an update is refused
     whole, naming each bad field."""
 
-    max_running_requests: int = setting(64, "most sequences in the running batch")
+    max_running_requests: int = setting(AUTO_RUNNING_REQUESTS_FLOOR, "most sequences in the running batch")
     max_step_tokens: int = setting(512, "per-step token budget shared by prefill chunks and decodes")
     max_prefill_chunk_tokens: int = setting(
         256, "largest prefill chunk of one request per step while others wait (fairness)"
@@ -68,7 +74,15 @@ class SchedulingLimits:
 
 @dataclass(frozen=True)
 class _EngineFields(SchedulingLimits):
-    """EngineConfig's fields (after the scheduling limits it includes), each holding a resolved value."""
+    """EngineConfig's fields (after the scheduling limits it includes), each holding a resolved value, except
+    max_running_requests, whose 0 (auto) the KV pool plan resolves (`with_running_requests`)."""
+
+    max_running_requests: int = setting(
+        0, "most sequences in the running batch (0 = auto: as many sequences of "
+           f"{TYPICAL_SEQUENCE_TOKENS} tokens, or the context if shorter, as the KV pool holds beside their TKV tail "
+           f"slots, within {AUTO_RUNNING_REQUESTS_FLOOR}..{AUTO_RUNNING_REQUESTS_CAP} and --max-step-tokens; "
+           f"{AUTO_RUNNING_REQUESTS_FLOOR} on the CPU when the pool is sized by default, since that pool follows it)"
+    )
 
     model: str = setting(
         "SmolLM2-135M-Instruct", "chat model to serve: a name, Hugging Face style directory or .gguf file; NAME=SPEC "
@@ -179,7 +193,12 @@ class EngineConfig(_EngineFields):
                                                               f"got {self.kv_cache_memory_mib}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidArgumentError("gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
-        super().__post_init__()
+        if self.max_running_requests < 0:
+            raise InvalidArgumentError("max_running_requests", f"must be >= 0 (0 = auto), got {self.max_running_requests}")
+        limits = {name: getattr(self, name) for name in SchedulingLimits.names() if name != "max_running_requests"}
+        problems = SchedulingLimits.check(limits)
+        if problems:
+            raise InvalidArgumentError(*problems[0])
         if self.max_model_len < 0:
             raise InvalidArgumentError("max_model_len", f"must be >= 0, got {self.max_model_len}")
         if self.grammar_compile_timeout_ms <= 0:
@@ -243,14 +262,34 @@ class EngineConfig(_EngineFields):
         parse_kv_bits(self.kv_bits)
 
     @property
+    def running_requests_auto(self) -> bool:
+        """Whether max_running_requests is still 0 (auto), for the KV pool plan to resolve."""
+        return self.max_running_requests == 0
+
+    @property
+    def max_running_requests_bound(self) -> int:
+        """The most sequences the batch may run: max_running_requests, or while it is auto the most it may become."""
+        if self.running_requests_auto:
+            return min(AUTO_RUNNING_REQUESTS_CAP, self.max_step_tokens)
+        return self.max_running_requests
+
+    def with_running_requests(self, count: int) -> EngineConfig:
+        """This config with max_running_requests set to `count` (> 0), as the KV pool plan resolves auto."""
+        return dataclasses.replace(self, max_running_requests=count)
+
+    @property
     def scheduling_limits(self) -> SchedulingLimits:
-        """The scheduling limits alone, as the scheduler and the admin API hold them."""
+        """The scheduling limits alone, as the scheduler and the admin API hold them; max_running_requests must be
+        resolved first (`kv_pool_default.plan_default_kv_pool` says how many)."""
+        if self.running_requests_auto:
+            raise ValueError("max_running_requests is auto (0): resolve it from the KV pool plan first "
+                             "(EngineConfig.with_running_requests)")
         return SchedulingLimits(**{name: getattr(self, name) for name in SchedulingLimits.names()})
 
     @property
     def cuda_graph_batch(self) -> int:
         """The largest decode batch captured as a CUDA graph: none is needed beyond the running batch limit."""
-        return min(self.cuda_graph_max_batch, self.max_running_requests)
+        return min(self.cuda_graph_max_batch, self.max_running_requests_bound)
 
     @property
     def kv_exact_window_blocks(self) -> int:

@@ -246,7 +246,15 @@ class ModelHost:
     # -- runtime settings --------------------------------------------------------------------------
 
     def runtime_settings(self) -> SchedulingLimits:
-        return self._config.scheduling_limits
+        """The limits in force: the config's, an auto max_running_requests as the default model resolved it (the
+        most it may become while none is resident)."""
+        return self._limits_for(self.served)
+
+    def _limits_for(self, served: ServedModel | None) -> SchedulingLimits:
+        if not self._config.running_requests_auto:
+            return self._config.scheduling_limits
+        count = served.config.max_running_requests if served is not None else self._config.max_running_requests_bound
+        return self._config.with_running_requests(count).scheduling_limits
 
     async def update_runtime_settings(self, settings: SchedulingLimits) -> SchedulingLimits:
         """Applies validated settings to the config new models load with and to the resident engine. More running
@@ -296,7 +304,7 @@ class ModelHost:
     async def _load(self, config: EngineConfig, placement: Placement) -> ServedModel:
         served = await asyncio.to_thread(self._loader, config, placement)
         self.watch_engine(served.engine)
-        await self._apply(served.engine, self.runtime_settings())  # in case they changed during the load
+        await self._apply(served.engine, self._limits_for(served))  # in case they changed during the load
         return served
 
     @staticmethod

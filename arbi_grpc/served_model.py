@@ -81,10 +81,11 @@ class ServedModel:
     engine: Engine
     inputs: InputProcessor
     max_model_len: int
-    config: EngineConfig
+    config: EngineConfig  # as loaded: max_running_requests resolved
     parameter_count: int
     weight_bytes: int
     kv_block_bytes: int  # one block over all layers, keys and values (state per first block or batch slot is apart)
+    running_requests_source: str  # how config.max_running_requests (the batch slots) was chosen at load
     memory_budget: MemoryBudget  # its own components, measured at its load (the other residents are apart)
     metrics: ModelMetrics
     embedder: DecoderEmbedder  # its Embed requests, run on its engine thread
@@ -114,6 +115,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
     subject = f"model {name!r}"
     kv_pool = plan_default_kv_pool(config, rank_declared, limit, tkv_calibration, host_components,
                                    placement.residents, placement.pending, subject)
+    config = config.with_running_requests(kv_pool.max_running_requests)  # resolves auto (0)
     with_residents(estimate_budget(config, rank_declared, kv_pool, limit, host_components), subject,
                    placement.residents).check_fits()
     dtype = TORCH_DTYPES[config.dtype]
@@ -149,10 +151,11 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
                                    "dtype": config.dtype, "device": config.device}, config.enable_prefix_cache)
     engine.start()
     log.info(
-        "boot: serving %s with context %d tokens; config %s; memory budget %s", name, max_model_len,
+        "boot: serving %s with context %d tokens, at most %d running requests (%s); config %s; memory budget %s",
+        name, max_model_len, config.max_running_requests, kv_pool.running_source,
         " ".join(f"{key}={value}" for key, value in asdict(config).items()), budget.summary(),
         extra={"event": "boot", "model": name, "config": asdict(config),
-               "memory_budget": budget.as_dict()},
+               "max_running_requests_source": kv_pool.running_source, "memory_budget": budget.as_dict()},
     )
     embeddings = DecoderEmbeddingModel(
         name, tokenizer, model_config.vocab_size, max_model_len, model_config.hidden_size,
@@ -167,6 +170,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         parameter_count=parameter_count(model_config),  # the quantized weights are no parameters
         weight_bytes=tensor_bytes([*model.parameters(), *model.buffers()]),  # quantized weights are buffers
         kv_block_bytes=bytes_per_block,
+        running_requests_source=kv_pool.running_source,
         memory_budget=budget,
         metrics=metrics,
         embedder=DecoderEmbedder(embeddings, engine, config.max_step_tokens),

@@ -64,7 +64,7 @@ class GrpcServer:
                  observability: ObservabilityConfig | None = None) -> None:
         engine_config = model.config if isinstance(model, ServedModel) else model
         self.config = (config or ServerConfig()).with_stream_limit_for(
-            engine_config.max_running_requests, engine_config.max_waiting_requests
+            engine_config.max_running_requests_bound, engine_config.max_waiting_requests
         )
         # In-process servers (tests, benchmarks, applications embedding one) open no metrics endpoint unless
         # given one; `arbi-serve serve` passes the flags' config, whose default port is on.

@@ -34,9 +34,9 @@ class ServerConfig:
     port: int = setting(50051, "gRPC port (0 picks a free one)")
     max_message_mib: int = setting(16, "largest message sent or received, in MiB")
     max_concurrent_streams: int = setting(
-        0, f"most concurrent RPC streams on one HTTP/2 connection (0: the engine's max_running_requests + "
-           f"max_waiting_requests + {STREAM_HEADROOM}, so a flood on one connection reaches admission and is "
-           f"refused with RESOURCE_EXHAUSTED rather than by HTTP/2)"
+        0, "most concurrent RPC streams on one HTTP/2 connection (0: the engine's max_running_requests, or the most "
+           f"an auto one may become, + max_waiting_requests + {STREAM_HEADROOM}, so a flood on one connection reaches "
+           "admission and is refused with RESOURCE_EXHAUSTED rather than by HTTP/2)"
     )
     keepalive_time_ms: int = setting(60_000, "interval of keepalive pings on idle connections, in ms")
     keepalive_timeout_ms: int = setting(20_000, "wait for a keepalive ping's acknowledgement, in ms")

@@ -1,5 +1,7 @@
 """The serving benchmark's load: fixed-length random prompts, their arrival plan (a concurrency or a Poisson
-request rate), client processes that stream them from a server over gRPC, and the statistics of what came back.
+request rate), client processes that stream them from a server over gRPC (`Generate`) or through the gateway
+(REST `/v1/completions`, streamed as server-sent events, one HTTP connection per request), and the statistics of
+what came back.
 
 Prompts are fresh random token ids on every run (a seed drawn from the OS unless one is given), so prefix-cache
 hits cannot flatter a figure. Each client process sends its share of the requests from threads, one stream
@@ -9,13 +11,17 @@ tokens it got. All processes start at one instant of the machine's monotonic clo
 
 from __future__ import annotations
 
+import http.client
+import json
 import math
 import random
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing import get_context
 
 import grpc
@@ -25,6 +31,7 @@ from arbi_client.arbi.v1 import generate_service_pb2_grpc as pb_grpc
 from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 
 START_DELAY_S = 2.0  # time for every client process to connect before the common start
+PATHS = ("grpc", "gateway")  # how the clients reach the server: its gRPC port, or the gateway's HTTP one
 
 
 @dataclass(frozen=True)
@@ -97,31 +104,71 @@ def _stream_one(stub: pb_grpc.GenerateServiceStub, prompt: list[int], output_len
     return RequestTiming(sent, first, time.monotonic(), count)
 
 
-def run_share(target: str, plan: LoadPlan, start_at: float) -> list[RequestTiming]:
-    """Sends `plan`'s requests to the server at `target` from threads (one process's share), from `start_at`."""
-    channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
-    stub = pb_grpc.GenerateServiceStub(channel)
-    grpc.channel_ready_future(channel).result(timeout=60)
+def _stream_one_http(url: str, prompt: list[int], output_len: int) -> RequestTiming:
+    """One streamed completion through the gateway at `url` (http://host:port): the first token is the first
+    chunk with a choice (the gateway sends one for the first upstream response, which carries the first token),
+    the count is the final usage chunk's."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    body = json.dumps({"model": "", "prompt": prompt, "temperature": 0, "max_tokens": output_len,
+                       "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
+    connection = http.client.HTTPConnection(host, int(port), timeout=3600)
+    sent = time.monotonic()
+    first, count, error = 0.0, 0, ""
+    try:
+        connection.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            return RequestTiming(sent, first, time.monotonic(), 0, f"HTTP {response.status}: {response.read()[:300]!r}")
+        for line in response:
+            if not line.startswith(b"data: {"):
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                error = f"stream error: {event['error']}"
+            elif event.get("choices") and not first:
+                first = time.monotonic()
+            elif event.get("usage"):
+                count = event["usage"]["completion_tokens"]
+    except (OSError, http.client.HTTPException) as failure:
+        return RequestTiming(sent, first, time.monotonic(), count, f"{type(failure).__name__}: {failure}")
+    finally:
+        connection.close()
+    return RequestTiming(sent, first, time.monotonic(), count, error)
+
+
+def run_share(target: str, plan: LoadPlan, start_at: float, path: str = "grpc") -> list[RequestTiming]:
+    """Sends `plan`'s requests from threads (one process's share), from `start_at`: to the server's gRPC address
+    `target`, or with `path` "gateway" to the gateway at the URL `target`."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
+    channel = None
+    stream: Callable[[list[int], int], RequestTiming] = partial(_stream_one_http, target)
+    if path == "grpc":
+        channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+        grpc.channel_ready_future(channel).result(timeout=60)
+        stream = partial(_stream_one, pb_grpc.GenerateServiceStub(channel))
     in_flight = threading.Semaphore(plan.concurrency or len(plan.prompts))
 
     def send(index: int) -> RequestTiming:
         time.sleep(max(0.0, start_at + plan.arrival_offsets_s[index] - time.monotonic()))
         with in_flight:
-            return _stream_one(stub, plan.prompts[index], plan.output_len)
+            return stream(plan.prompts[index], plan.output_len)
 
     workers = plan.concurrency or len(plan.prompts)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         timings = list(pool.map(send, range(len(plan.prompts))))
-    channel.close()
+    if channel is not None:
+        channel.close()
     return timings
 
 
-def drive(target: str, plan: LoadPlan, num_processes: int) -> tuple[list[RequestTiming], float]:
-    """Runs `plan` against `target` from `num_processes` client processes; the timings and the start instant."""
+def drive(target: str, plan: LoadPlan, num_processes: int, path: str = "grpc") -> tuple[list[RequestTiming], float]:
+    """Runs `plan` against `target` (see `run_share`) from `num_processes` client processes; the timings and the
+    start instant."""
     num_processes = max(1, min(num_processes, len(plan.prompts)))
     start_at = time.monotonic() + START_DELAY_S
     with ProcessPoolExecutor(num_processes, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(run_share, target, plan.share(i, num_processes), start_at)
+        futures = [pool.submit(run_share, target, plan.share(i, num_processes), start_at, path)
                    for i in range(num_processes)]
         return [timing for future in futures for timing in future.result()], start_at
 

@@ -67,6 +67,9 @@ def build_kv_cache(
     if config.kv_cache_dtype == "tkv":
         if tkv_calibration is None:
             raise InvalidArgumentError("kv_calibration", "a TKV cache is built from a calibration bundle; none given")
+        if config.running_requests_auto:
+            raise ValueError("a TKV cache holds a tail slot per running request: build it with the limit its pool "
+                             "plan resolved (config.with_running_requests(plan.max_running_requests))")
         check_model_shape(tkv_calibration, model_config.num_layers, model_config.num_kv_heads, model_config.head_dim)
         return TkvPagedKVCache(tkv_calibration, num_blocks=num_blocks, block_size=config.block_size,
                                device=config.device,

@@ -98,13 +98,16 @@ class _ModelPlan:
     name: str
     source: Any
     max_model_len: int
+    max_running_requests: int
+    running_source: str
     budget: Any
     component: Any
     world_size: int
 
     def as_json(self) -> dict:
         return {"model": self.name, "read_from": self.source.read_from, "max_model_len": self.max_model_len,
-                **self.budget.as_dict()}
+                "max_running_requests": self.max_running_requests,
+                "max_running_requests_source": self.running_source, **self.budget.as_dict()}
 
     def print(self) -> None:
         model, budget = self.source.config, self.budget
@@ -112,6 +115,8 @@ class _ModelPlan:
               f"{model.num_heads}/{model.num_kv_heads} heads x {model.head_dim}, vocab {model.vocab_size} "
               f"(read from {self.source.read_from})" + (f"; the budget of one of {self.world_size} tensor-parallel "
                                                         "ranks" if self.world_size > 1 else ""))
+        print(f"context {self.max_model_len} tokens; at most {self.max_running_requests} running requests "
+              f"({self.running_source})")
         rows = [(c.name, f"{c.num_bytes / MIB:,.1f}", c.detail) for c in budget.components]
         rows.append(("total", f"{budget.total_bytes / MIB:,.1f}",
                      f"limit {budget.limit_bytes / MIB:,.1f} MiB ({budget.limit.source})"))
@@ -138,10 +143,11 @@ def _plan_model(config: EngineConfig, name: str, source: Any, limit, host_compon
     model = _rank_model(config, source)
     kv_pool = plan_default_kv_pool(config, model, limit, host_components=host_components,
                                    residents=residents, pending=pending, subject=subject)
-    own = estimate_budget(config, model, kv_pool, limit, host_components)
+    own = estimate_budget(config.with_running_requests(kv_pool.max_running_requests), model, kv_pool, limit,
+                          host_components)
     component = chat_model_component(name, own, tuple(c.name for c in host_components))
-    return _ModelPlan(name, source, kv_pool.max_model_len, with_residents(own, subject, residents), component,
-                      config.tensor_parallel_size)
+    return _ModelPlan(name, source, kv_pool.max_model_len, kv_pool.max_running_requests, kv_pool.running_source,
+                      with_residents(own, subject, residents), component, config.tensor_parallel_size)
 
 
 def _rank_model(config: EngineConfig, source: Any) -> Any:

@@ -122,7 +122,8 @@ def estimate_budget(
         weight_bytes = cpu_weight_bytes(model, kinds, element)
         weight_detail = (f"{count:,} parameters, {len(kinds)} layer matrices int8 with a bfloat16 scale per row, "
                          f"the rest {element} bytes ({config.dtype})")
-    step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests)
+    # An unresolved (auto) limit counts the most it may become: a model still to load is not underestimated.
+    step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests_bound)
     components = [
         weights_component(weight_bytes, weight_detail),
         kv_cache_component(kv_pool.num_bytes, kv_pool.detail),

@@ -39,7 +39,9 @@ class KVPoolBudget:
 class KVPoolPlan:
     """`num_blocks` blocks of `block_size` tokens, each `bytes_per_block` over all layers, K and V; a TKV pool
     also has `num_sink_blocks` sink rows of `sink_row_bytes` and `num_tail_slots` tail slots (one per running
-    sequence) of `tail_slot_bytes` (None and 0 for plain storage)."""
+    sequence) of `tail_slot_bytes` (None and 0 for plain storage). `max_running_requests` is the running batch
+    limit the pool was planned for, `running_source` how it was chosen (`running_requests.py`; 0 and "" when the
+    plan was made for a limit fixed elsewhere)."""
 
     num_blocks: int
     block_size: int
@@ -50,6 +52,8 @@ class KVPoolPlan:
     num_tail_slots: int | None = None
     tail_slot_bytes: int = 0
     budget_source: str = ""
+    max_running_requests: int = 0
+    running_source: str = ""
 
     @property
     def tail_bytes(self) -> int:
@@ -72,9 +76,11 @@ class KVPoolPlan:
                  if self.num_sink_blocks is not None else "")
         tails = (f" + {self.num_tail_slots} tail slots x {self.tail_slot_bytes / 1024:.0f} KiB"
                  if self.num_tail_slots is not None else "")
+        running = (f"; {self.max_running_requests} running requests ({self.running_source})"
+                   if self.max_running_requests else "")
         return (f"{self.num_blocks} blocks x {self.block_size} tokens x {self.bytes_per_block / 1024:.0f} KiB "
                 f"per block{sinks}{tails}; context {self.max_model_len} tokens"
-                + (f"; sized by {self.budget_source}" if self.budget_source else ""))
+                + (f"; sized by {self.budget_source}" if self.budget_source else "") + running)
 
 
 def kv_block_bytes(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None = None) -> int:
@@ -113,6 +119,9 @@ class _PoolSizing:
             return cls(bytes_per_block, 0, 0, None)
         from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache  # lazily: the codec imports torch
 
+        if config.running_requests_auto:
+            raise ValueError("a TKV pool holds a tail slot per running request: resolve max_running_requests (auto) "
+                             "first (running_requests.choose_running_requests)")
         calibration = _require_calibration(tkv_calibration)
         return cls(bytes_per_block, TkvPagedKVCache.sink_row_bytes_for(calibration),
                    TkvPagedKVCache.tail_slot_bytes_for(calibration, config.block_size, config.kv_exact_window_blocks),
@@ -146,6 +155,13 @@ class _PoolSizing:
         return low
 
 
+def pool_block_count(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None,
+                     budget_bytes: int) -> int:
+    """The most blocks a pool of `budget_bytes` holds for `config` (its sink rows and, for TKV,
+    `config.max_running_requests` tail slots counted); 0 when not even the tail slots fit."""
+    return _PoolSizing.for_config(config, model, tkv_calibration).largest_pool(budget_bytes)
+
+
 def _storage_detail(config: EngineConfig, model: ModelConfig, tkv_calibration: TkvCalibration | None) -> str:
     if config.kv_cache_dtype == "tkv" and tkv_calibration is not None:
         return f"TKV codes of {tkv_calibration.average_bits():.2f} bits on average with group scales and sinks"
@@ -161,6 +177,10 @@ def plan_kv_pool(
     `tkv_calibration` for a TKV cache); `kv_pool_default.plan_default_kv_pool` chooses the budget when the
     flag is left at 0.
 
+    An auto `max_running_requests` (0) is resolved within the budget (`running_requests.choose_running_requests`);
+    the plan carries the limit it was made for, which the storage must be built with
+    (`config.with_running_requests(plan.max_running_requests)`).
+
     The context limit is `max_model_len` when set, else the model's context capped at what the pool holds.
     Raises InvalidArgumentError when max_model_len exceeds the model's context, ResourceExhaustedError
     (naming the KV cache and its numbers) when the pool holds no block or not one max-length sequence.
@@ -170,6 +190,11 @@ def plan_kv_pool(
             raise InvalidArgumentError("kv_cache_memory_mib", "0 (sized from the device) needs the memory limit: "
                                                               "use kv_pool_default.plan_default_kv_pool")
         budget = KVPoolBudget(config.kv_cache_memory_bytes, f"kv_cache_memory_mib={config.kv_cache_memory_mib}")
+    from arbi_grpc.memory.running_requests import choose_running_requests  # it sizes pools with this module
+
+    fixed = budget
+    running = choose_running_requests(config, model, tkv_calibration, lambda candidate: fixed)
+    config = config.with_running_requests(running.count)
     sizing = _PoolSizing.for_config(config, model, tkv_calibration)
     num_blocks = sizing.largest_pool(budget.num_bytes)
     if num_blocks < 1:
@@ -199,4 +224,4 @@ def plan_kv_pool(
     max_model_len = config.max_model_len or min(model_context, capacity)
     return KVPoolPlan(num_blocks, config.block_size, sizing.bytes_per_block, max_model_len,
                       sizing.num_sink_blocks(num_blocks), sizing.sink_row_bytes,
-                      sizing.max_running_requests, sizing.tail_slot_bytes, budget.source)
+                      sizing.max_running_requests, sizing.tail_slot_bytes, budget.source, running.count, running.source)

@@ -1,7 +1,8 @@
 """Chooses the KV pool's bytes: an explicit --kv-cache-memory-mib wins (per model); else on the CPU what
 --max-running-requests sequences of the context limit need, within a share of the memory the other components
 leave; on CUDA what the other components leave under --gpu-memory-utilization. The choice carries its reason for
-the boot log, `plan` and the memory report.
+the boot log, `plan` and the memory report, as does the running batch limit a default --max-running-requests
+(auto) takes from that pool (`running_requests.py`).
 
 With several chat models the default pools split what is free equally: a model loading before `pending`
 others (the boot's later --model entries, estimated without their pools) counts them and every resident model
@@ -12,6 +13,7 @@ what is left.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from arbi_grpc.config import MIB, EngineConfig
@@ -19,7 +21,8 @@ from arbi_grpc.errors import ResourceExhaustedError
 from arbi_grpc.memory.budget import MemoryComponent, MemoryLimit
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import KVPoolBudget, KVPoolPlan, kv_block_bytes, plan_kv_pool
-from arbi_grpc.memory.residents import with_residents
+from arbi_grpc.memory.residents import is_chat_model, with_residents
+from arbi_grpc.memory.running_requests import choose_running_requests
 from arbi_grpc.models.config import ModelConfig
 
 if TYPE_CHECKING:
@@ -77,13 +80,21 @@ def plan_default_kv_pool(
     """`plan_kv_pool` under the budget `choose_kv_pool_budget` picks; the other components are estimated as a
     boot of `config` would (`estimate_budget` with an empty pool and the server's `host_components`), after the
     `residents` (the server's other models), leaving room for and splitting with the `pending` chat models still
-    to load; `subject` names the model in a budget error."""
+    to load; `subject` names the model in a budget error. The plan carries the running batch limit it was made for
+    (`running_requests.choose_running_requests` resolves auto): load with `config.with_running_requests` of it."""
     context = config.max_model_len or model.max_position_embeddings
     block_bytes = kv_block_bytes(config, model, tkv_calibration)
     empty_pool = KVPoolPlan(0, config.block_size, block_bytes, context)
-    others = with_residents(estimate_budget(config, model, empty_pool, limit, host_components), subject, residents)
-    others.check_fits()  # names the component past the limit when the others alone do not fit
-    other_bytes = others.total_bytes + sum(component.num_bytes for component in pending)
     sequence_bytes = -(-context // config.block_size) * block_bytes
-    budget = choose_kv_pool_budget(config, limit, other_bytes, sequence_bytes, len(pending) + 1)
-    return plan_kv_pool(config, model, tkv_calibration, budget)
+
+    def budget_for(candidate: EngineConfig) -> KVPoolBudget:
+        others = with_residents(estimate_budget(candidate, model, empty_pool, limit, host_components), subject,
+                                residents)
+        others.check_fits()  # names the component past the limit when the others alone do not fit
+        other_bytes = others.total_bytes + sum(component.num_bytes for component in pending)
+        return choose_kv_pool_budget(candidate, limit, other_bytes, sequence_bytes, len(pending) + 1)
+
+    beside = bool(pending) or any(is_chat_model(component) for component in residents)
+    running = choose_running_requests(config, model, tkv_calibration, budget_for, beside)
+    resolved = config.with_running_requests(running.count)
+    return replace(plan_kv_pool(resolved, model, tkv_calibration, budget_for(resolved)), running_source=running.source)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from arbi_grpc.config import MIB, EngineConfig
+from arbi_grpc.config import AUTO_RUNNING_REQUESTS_FLOOR, MIB, EngineConfig
 from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent, MemoryLimit
 from arbi_grpc.memory.estimate import estimate_budget
 from arbi_grpc.memory.kv_pool import KVPoolPlan, kv_block_bytes
@@ -37,9 +37,20 @@ def chat_model_component(name: str, budget: MemoryBudget, shared: tuple[str, ...
     )
 
 
+def is_chat_model(component: MemoryComponent) -> bool:
+    """Whether a resident component is a chat model's (`chat_model_component`)."""
+    return component.name.startswith("model ")
+
+
 def pending_model_component(name: str, config: EngineConfig, model: ModelConfig, limit: MemoryLimit,
                             host_components: tuple[MemoryComponent, ...] = ()) -> MemoryComponent:
-    """A chat model still to load, estimated with an empty KV pool (its pool is what the split gives it)."""
+    """A chat model still to load, estimated with an empty KV pool (its pool is what the split gives it); an auto
+    running limit at what it will take: the floor with a default pool (it loads beside another chat model,
+    `running_requests.py`), else the most it may become."""
+    if config.running_requests_auto:
+        config = config.with_running_requests(
+            config.max_running_requests_bound if config.kv_cache_memory_mib
+            else min(AUTO_RUNNING_REQUESTS_FLOOR, config.max_running_requests_bound))
     context = config.max_model_len or model.max_position_embeddings
     empty_pool = KVPoolPlan(0, config.block_size, kv_block_bytes(config, model), context)
     budget = estimate_budget(config, model, empty_pool, limit, host_components)

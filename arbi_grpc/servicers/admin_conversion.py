@@ -88,7 +88,7 @@ def running_request(snapshot: RequestSnapshot) -> admin_pb.RunningRequest:
     )
 
 
-def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int | float]:
+def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, int | float | str]:
     """The fields of GetMemoryReportResponse; bytes come from the storage in force (a KV calibration reload may
     change them). The pool's bytes are its tensors' (`KVStorage.key_caches`, `value_caches`): blocks and any state
     the storage keeps per first block or batch slot, which the per-token figure spreads over the whole capacity."""
@@ -110,6 +110,8 @@ def memory_report_fields(served: ServedModel, stats: EngineStats) -> dict[str, i
         "weight_bytes": served.weight_bytes,
         "kv_bytes_per_token_per_layer": pool_bytes / (capacity_tokens * served.model_config.num_layers),
         "kv_capacity_token_count": capacity_tokens,
+        "max_running_requests": served.engine.max_running_capacity,
+        "max_running_requests_source": served.running_requests_source,
     }
 
 

@@ -1,5 +1,5 @@
 """The serving benchmark's load: its plans (fresh prompts, arrivals, shares per client process), its statistics,
-and one small real drive of the SmolLM2 server from two client processes."""
+and one small real drive of the SmolLM2 server from two client processes over each path (gRPC, the gateway)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from benchmarks.serving_load import RequestTiming, drive, make_plan, percentile, summarize
+from arbi_gateway.process import GatewayProcess
+from benchmarks.serving_load import PATHS, RequestTiming, drive, make_plan, percentile, summarize
 from tests.conftest import wait_for_idle_pool
 
 
@@ -53,9 +54,15 @@ def test_statistics_from_timings():
     assert math.isnan(percentile([], 0.5))
 
 
-def test_drive_streams_every_request_from_client_processes(served_smollm2):
+@pytest.mark.parametrize("path", PATHS)
+def test_drive_streams_every_request_from_client_processes(served_smollm2, path, tmp_path):
     plan = make_plan(4, 8, 3, vocab_size=1000, concurrency=2)
-    timings, start = drive(served_smollm2.target, plan, num_processes=2)
+    if path == "grpc":
+        timings, start = drive(served_smollm2.target, plan, num_processes=2)
+    else:  # REST /v1/completions streamed through a gateway in front of the same server
+        with GatewayProcess.spawn(["--upstream", served_smollm2.target, "--http-port", "0"],
+                                  tmp_path / "gateway.log") as gateway:
+            timings, start = drive(gateway.url, plan, num_processes=2, path=path)
     assert [t.error for t in timings] == [""] * 4
     assert [t.num_tokens for t in timings] == [3] * 4  # ignore_eos: every request gets its full output
     assert all(start <= t.sent_s <= t.first_token_s <= t.finished_s for t in timings)

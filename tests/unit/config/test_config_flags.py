@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from arbi_grpc.config import EngineConfig, SchedulingLimits
+from arbi_grpc.config import AUTO_RUNNING_REQUESTS_FLOOR, EngineConfig, SchedulingLimits
 from arbi_grpc.config_flags import add_flags, resolve
 from arbi_grpc.errors import InvalidArgumentError
 
@@ -66,8 +66,16 @@ def test_the_scheduling_limits_are_one_type_from_flag_to_scheduler() -> None:
     config = resolve(EngineConfig, _parse(["--max-running-requests", "8"]), environ={"ARBI_MAX_WAITING_REQUESTS": "5"})
     assert config.scheduling_limits == SchedulingLimits(max_running_requests=8, max_waiting_requests=5)
     assert type(config.scheduling_limits) is SchedulingLimits
+    # The engine's defaults are the limits', except max_running_requests: auto (0) until the KV pool plan resolves it
+    # (tests/unit/memory/test_running_requests.py), the floor a bare SchedulingLimits holds.
+    auto = EngineConfig()
+    assert auto.running_requests_auto and SchedulingLimits().max_running_requests == AUTO_RUNNING_REQUESTS_FLOOR
     assert {f.name: f.default for f in dataclasses.fields(SchedulingLimits)} == {
-        name: getattr(EngineConfig(), name) for name in names}
+        name: getattr(auto.with_running_requests(AUTO_RUNNING_REQUESTS_FLOOR), name) for name in names}
+    with pytest.raises(ValueError, match="max_running_requests is auto"):
+        auto.scheduling_limits
+    with pytest.raises(InvalidArgumentError, match=r"max_running_requests: must be >= 0 \(0 = auto\), got -1"):
+        EngineConfig(max_running_requests=-1)
     assert SchedulingLimits.check({"max_step_tokens": 0, "max_tokens": 3}) == [
         ("max_step_tokens", "must be > 0, got 0"),
         ("max_tokens", f"'max_tokens' is not a runtime setting; known: {', '.join(names)}"),

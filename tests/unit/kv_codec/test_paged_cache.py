@@ -183,8 +183,11 @@ def test_the_pool_planner_sizes_a_tkv_pool_from_the_calibration_bits():
     model, calibration = _planner_model_and_calibration()
     config = EngineConfig(kv_cache_dtype="tkv", kv_calibration="bundle-dir", kv_cache_memory_mib=1, block_size=8,
                           kv_exact_blocks=1)
-    pool = plan_kv_pool(config, model, calibration)
-    cache = build_kv_cache(config, model, pool.num_blocks, calibration)
+    pool = plan_kv_pool(config, model, calibration)  # max_running_requests auto: the floor, at this budget
+    assert (pool.max_running_requests, pool.num_tail_slots) == (64, 64)
+    with pytest.raises(ValueError, match="tail slot per running request"):
+        build_kv_cache(config, model, pool.num_blocks, calibration)
+    cache = build_kv_cache(config.with_running_requests(pool.max_running_requests), model, pool.num_blocks, calibration)
     allocated = sum(tensor.numel() * tensor.element_size() for tensor in cache.key_caches + cache.value_caches)
     assert (cache.num_sink_blocks, cache.sink_row_bytes) == (pool.num_sink_blocks, pool.sink_row_bytes)
     assert pool.num_bytes == allocated <= 1 << 20 < allocated + cache.bytes_per_block

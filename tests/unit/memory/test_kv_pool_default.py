@@ -99,3 +99,6 @@ def test_chat_models_still_to_load_split_the_room_and_residents_count_as_others(
     first_resident = MemoryComponent("model first", pending.num_bytes + first_pool.num_bytes, "resident", "")
     second_pool = plan_default_kv_pool(config, model, limit, residents=(first_resident,))
     assert first_pool.num_blocks == second_pool.num_blocks > 0
+    # Beside each other, both take the auto floor the second was estimated at (alone, this pool would buy 256).
+    assert first_pool.max_running_requests == second_pool.max_running_requests == 64
+    assert plan_default_kv_pool(config, model, limit).max_running_requests == 256
