@@ -65,11 +65,14 @@ class DecodeGroups:
     def decode_plan(self, metadata: AttentionMetadata, block_size: int, dtype: torch.dtype) -> list[DecodeGroupPlan]:
         """The step's decode groups for queries of `dtype`, planned at the first layer that asks and reused by the
         others."""
-        key = (self, block_size, dtype)
-        if key not in metadata.plans:
-            metadata.plans[key] = [_plan_group(metadata, block_size, dtype, start, end)
-                                   for start, end in self._decode_groups(metadata.decode_seq_lens_host, block_size)]
-        return metadata.plans[key]
+        key = ("torch decode groups", self.max_decode_group_size, self.max_decode_group_tokens, block_size, dtype)
+        plan = metadata.plans.get(key)
+        if plan is None:
+            plan = metadata.plans[key] = [
+                _plan_group(metadata, block_size, dtype, start, end)
+                for start, end in self._decode_groups(metadata.decode_seq_lens_host, block_size)
+            ]
+        return plan
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class DecodeGroupPlan:
     blocks: Tensor  # [Bg * nb] block ids, the group's tables side by side
     num_sequences: int
     padded_len: int  # nb * block_size keys gathered per sequence
-    token_rows: Tensor  # [Bg] int64 flat index of each sequence's query
+    token_rows: Tensor | None  # [Bg] int64 flat index of each sequence's query; None: all T tokens, in order
     allowed: Tensor | None  # [Bg, 1, padded_len] 0 where a key is within its sequence's context, else -inf
 
 
@@ -97,11 +100,13 @@ def _plan_group(metadata: AttentionMetadata, block_size: int, dtype: torch.dtype
         beyond = key_positions[None, :] >= metadata.seq_lens.index_select(0, rows)[:, None]
         allowed = torch.zeros(beyond.shape, dtype=dtype, device=rows.device).masked_fill_(beyond, float("-inf"))
         allowed = allowed[:, None, :]
+    # A decode-only step whose contexts are sorted already, in a single group, reads and writes its rows as they are.
+    in_order = end - start == metadata.num_tokens and metadata.decode_seq_lens_host == metadata.seq_lens_host
     return DecodeGroupPlan(
         blocks=metadata.block_tables.index_select(0, rows)[:, :num_blocks].reshape(-1),
         num_sequences=end - start,
         padded_len=padded_len,
-        token_rows=metadata.query_start_loc.index_select(0, rows).long(),
+        token_rows=None if in_order else metadata.query_start_loc.index_select(0, rows).long(),
         allowed=allowed,
     )
 
@@ -123,27 +128,33 @@ class TorchPagedAttention(DecodeGroups):
         block_size = kv_cache.block_size
         # Flat slot views: [num_blocks * block_size, num_kv_heads, head_dim]
         # Stored in the cache's dtype, read back in the activations' (the two may differ: --kv-cache-dtype).
-        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key.to(key_cache.dtype))
-        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value.to(value_cache.dtype))
+        if key.dtype != key_cache.dtype:
+            key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
+        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key)
+        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value)
+        groups = self.decode_plan(metadata, block_size, query.dtype)
+        if len(groups) == 1 and groups[0].token_rows is None:
+            return _attend_decodes(query, key_cache, value_cache, groups[0])
         output = torch.empty_like(query)  # [T, H, D]
-        for group in self.decode_plan(metadata, block_size, query.dtype):
-            _attend_decodes(query, key_cache, value_cache, group, output)
+        for group in groups:
+            output.index_copy_(0, group.token_rows, _attend_decodes(query, key_cache, value_cache, group))
         query_starts = (0, *accumulate(metadata.query_lens_host))
         for sequence in metadata.prefill_sequence_indices:
             _attend_prefill(query, key_cache, value_cache, block_size, metadata, sequence, query_starts, output)
         return output
 
 
-def _attend_decodes(
-    query: Tensor, key_cache: Tensor, value_cache: Tensor, group: DecodeGroupPlan, output: Tensor
-) -> None:
-    """The group's one-token sequences at once, contexts padded to whole blocks of the longest and masked."""
+def _attend_decodes(query: Tensor, key_cache: Tensor, value_cache: Tensor, group: DecodeGroupPlan) -> Tensor:
+    """The group's one-token sequences at once, contexts padded to whole blocks of the longest and masked:
+    [Bg, H, D], row i for the group's sequence i."""
     padded_shape = (group.num_sequences, group.padded_len, *key_cache.shape[2:])
-    context_keys = key_cache.index_select(0, group.blocks).view(padded_shape).to(query.dtype)  # [Bg, nb * bs, Hkv, D]
-    context_values = value_cache.index_select(0, group.blocks).view(padded_shape).to(query.dtype)
-    decode_queries = query.index_select(0, group.token_rows)[:, None]  # [Bg, 1, H, D]
-    attended = grouped_query_attention(decode_queries, context_keys, context_values, group.allowed)
-    output.index_copy_(0, group.token_rows, attended[:, 0])  # attended: [Bg, 1, H, D]
+    context_keys = key_cache.index_select(0, group.blocks).view(padded_shape)  # [Bg, nb * bs, Hkv, D]
+    context_values = value_cache.index_select(0, group.blocks).view(padded_shape)
+    if key_cache.dtype != query.dtype:
+        context_keys, context_values = context_keys.to(query.dtype), context_values.to(query.dtype)
+    decode_queries = query if group.token_rows is None else query.index_select(0, group.token_rows)
+    # [Bg, 1, H, D] -> [Bg, H, D]
+    return grouped_query_attention(decode_queries[:, None], context_keys, context_values, group.allowed)[:, 0]
 
 
 def _attend_prefill(
