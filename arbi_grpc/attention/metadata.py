@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -39,6 +40,9 @@ class AttentionMetadata:
     decode_sequence_indices: Tensor = field(init=False)  # [B_decode] int64, on the metadata's device
     decode_seq_lens_host: tuple[int, ...] = field(init=False)  # [B_decode] their seq_lens, non-decreasing
     prefill_sequence_indices: tuple[int, ...] = field(init=False)  # sequences with more than one new token
+    # What a backend derives from this layout alone (the same in every layer), computed at the first layer and
+    # kept here for the others, keyed by the backend (`TorchPagedAttention.decode_plan`).
+    plans: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         num_seqs = len(self.query_lens_host)

@@ -2,7 +2,8 @@
 context through its block table, and run `scaled_dot_product_attention` under a causal mask.
 
 Decode sequences (one new token) are attended in padded groups of similar context length, one call per group;
-prefill chunks are attended one sequence at a time.
+prefill chunks are attended one sequence at a time. What a decode group reads is the same in every layer: it is
+planned once per step, at the first layer, and kept on the step's metadata (`AttentionMetadata.plans`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,54 @@ class DecodeGroups:
             yield start, end
             start = end
 
+    def decode_plan(self, metadata: AttentionMetadata, block_size: int, dtype: torch.dtype) -> list[DecodeGroupPlan]:
+        """The step's decode groups for queries of `dtype`, planned at the first layer that asks and reused by the
+        others."""
+        key = ("torch decode groups", self.max_decode_group_size, self.max_decode_group_tokens, block_size, dtype)
+        plan = metadata.plans.get(key)
+        if plan is None:
+            plan = metadata.plans[key] = [
+                _plan_group(metadata, block_size, dtype, start, end)
+                for start, end in self._decode_groups(metadata.decode_seq_lens_host, block_size)
+            ]
+        return plan
+
+
+@dataclass(frozen=True)
+class DecodeGroupPlan:
+    """The layer-invariant part of attending one decode group: which cache blocks it gathers, which query rows
+    it reads and writes, and its padding mask (None when every context fills its blocks), made additive in the
+    queries' dtype once rather than converted from booleans by every layer's attention call."""
+
+    blocks: Tensor  # [Bg * nb] block ids, the group's tables side by side
+    num_sequences: int
+    padded_len: int  # nb * block_size keys gathered per sequence
+    token_rows: Tensor | None  # [Bg] int64 flat index of each sequence's query; None: all T tokens, in order
+    allowed: Tensor | None  # [Bg, 1, padded_len] 0 where a key is within its sequence's context, else -inf
+
+
+def _plan_group(metadata: AttentionMetadata, block_size: int, dtype: torch.dtype, start: int, end: int
+                ) -> DecodeGroupPlan:
+    rows = metadata.decode_sequence_indices[start:end]
+    longest = metadata.decode_seq_lens_host[end - 1]
+    num_blocks = -(-longest // block_size)
+    padded_len = num_blocks * block_size
+    allowed = None
+    if metadata.decode_seq_lens_host[start] != padded_len:  # sorted: the shortest context is padded
+        key_positions = torch.arange(padded_len, device=rows.device)
+        beyond = key_positions[None, :] >= metadata.seq_lens.index_select(0, rows)[:, None]
+        allowed = torch.zeros(beyond.shape, dtype=dtype, device=rows.device).masked_fill_(beyond, float("-inf"))
+        allowed = allowed[:, None, :]
+    # A decode-only step whose contexts are sorted already, in a single group, reads and writes its rows as they are.
+    in_order = end - start == metadata.num_tokens and metadata.decode_seq_lens_host == metadata.seq_lens_host
+    return DecodeGroupPlan(
+        blocks=metadata.block_tables.index_select(0, rows)[:, :num_blocks].reshape(-1),
+        num_sequences=end - start,
+        padded_len=padded_len,
+        token_rows=None if in_order else metadata.query_start_loc.index_select(0, rows).long(),
+        allowed=allowed,
+    )
+
 
 @dataclass(frozen=True)
 class TorchPagedAttention(DecodeGroups):
@@ -79,42 +128,33 @@ class TorchPagedAttention(DecodeGroups):
         block_size = kv_cache.block_size
         # Flat slot views: [num_blocks * block_size, num_kv_heads, head_dim]
         # Stored in the cache's dtype, read back in the activations' (the two may differ: --kv-cache-dtype).
-        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key.to(key_cache.dtype))
-        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value.to(value_cache.dtype))
+        if key.dtype != key_cache.dtype:
+            key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
+        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key)
+        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value)
+        groups = self.decode_plan(metadata, block_size, query.dtype)
+        if len(groups) == 1 and groups[0].token_rows is None:
+            return _attend_decodes(query, key_cache, value_cache, groups[0])
         output = torch.empty_like(query)  # [T, H, D]
-        for start, end in self._decode_groups(metadata.decode_seq_lens_host, block_size):
-            rows = metadata.decode_sequence_indices[start:end]
-            longest = metadata.decode_seq_lens_host[end - 1]
-            _attend_decodes(query, key_cache, value_cache, block_size, metadata, rows, longest, output)
+        for group in groups:
+            output.index_copy_(0, group.token_rows, _attend_decodes(query, key_cache, value_cache, group))
         query_starts = (0, *accumulate(metadata.query_lens_host))
         for sequence in metadata.prefill_sequence_indices:
             _attend_prefill(query, key_cache, value_cache, block_size, metadata, sequence, query_starts, output)
         return output
 
 
-def _attend_decodes(
-    query: Tensor,
-    key_cache: Tensor,
-    value_cache: Tensor,
-    block_size: int,
-    metadata: AttentionMetadata,
-    rows: Tensor,
-    longest: int,
-    output: Tensor,
-) -> None:
-    """One-token sequences `rows` at once, contexts padded to `longest` and masked."""
-    num_blocks = -(-longest // block_size)
-    tables = metadata.block_tables.index_select(0, rows)[:, :num_blocks].reshape(-1)  # [Bg * nb]
-    padded_shape = (rows.shape[0], num_blocks * block_size, *key_cache.shape[2:])
-    context_keys = key_cache.index_select(0, tables).view(padded_shape).to(query.dtype)  # [Bg, nb * bs, Hkv, D]
-    context_values = value_cache.index_select(0, tables).view(padded_shape).to(query.dtype)
-    token_rows = metadata.query_start_loc.index_select(0, rows).long()  # [Bg] flat index of each query
-    seq_lens = metadata.seq_lens.index_select(0, rows)  # [Bg]
-    key_positions = torch.arange(padded_shape[1], device=query.device)
-    allowed = (key_positions[None, :] < seq_lens[:, None])[:, None, :]  # [Bg, 1, L]
-    decode_queries = query.index_select(0, token_rows)[:, None]  # [Bg, 1, H, D]
-    attended = grouped_query_attention(decode_queries, context_keys, context_values, allowed)
-    output.index_copy_(0, token_rows, attended[:, 0])  # attended: [Bg, 1, H, D]
+def _attend_decodes(query: Tensor, key_cache: Tensor, value_cache: Tensor, group: DecodeGroupPlan) -> Tensor:
+    """The group's one-token sequences at once, contexts padded to whole blocks of the longest and masked:
+    [Bg, H, D], row i for the group's sequence i."""
+    padded_shape = (group.num_sequences, group.padded_len, *key_cache.shape[2:])
+    context_keys = key_cache.index_select(0, group.blocks).view(padded_shape)  # [Bg, nb * bs, Hkv, D]
+    context_values = value_cache.index_select(0, group.blocks).view(padded_shape)
+    if key_cache.dtype != query.dtype:
+        context_keys, context_values = context_keys.to(query.dtype), context_values.to(query.dtype)
+    decode_queries = query if group.token_rows is None else query.index_select(0, group.token_rows)
+    # [Bg, 1, H, D] -> [Bg, H, D]
+    return grouped_query_attention(decode_queries[:, None], context_keys, context_values, group.allowed)[:, 0]
 
 
 def _attend_prefill(
@@ -142,11 +182,11 @@ def _attend_prefill(
     output[start : start + query_len] = attended[0]
 
 
-def grouped_query_attention(query: Tensor, keys: Tensor, values: Tensor, allowed: Tensor) -> Tensor:
+def grouped_query_attention(query: Tensor, keys: Tensor, values: Tensor, allowed: Tensor | None) -> Tensor:
     """Masked attention where each key/value head serves a group of consecutive query heads.
 
-    query [B, Q, H, D], keys/values [B, L, Hkv, D], allowed [B, Q, L] (True = may attend) -> [B, Q, H, D].
-    Every query row must allow at least one key.
+    query [B, Q, H, D], keys/values [B, L, Hkv, D], allowed [B, Q, L] (True = may attend, or an additive mask of
+    the query's dtype: 0 or -inf; None: every key) -> [B, Q, H, D]. Every query row must allow at least one key.
     """
     batch, num_queries, num_heads, head_dim = query.shape
     num_kv_heads = keys.shape[2]
@@ -157,7 +197,7 @@ def grouped_query_attention(query: Tensor, keys: Tensor, values: Tensor, allowed
         .permute(0, 2, 3, 1, 4)
         .reshape(batch, num_kv_heads, group * num_queries, head_dim)
     )
-    mask = (
+    mask = None if allowed is None else (
         allowed[:, None, None]
         .expand(batch, 1, group, num_queries, allowed.shape[-1])
         .reshape(batch, 1, group * num_queries, allowed.shape[-1])

@@ -28,6 +28,7 @@ from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
 from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
 from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
+from arbi_grpc.models.refined_logits import RefinedLogits
 from arbi_grpc.parallel.group import SINGLE_RANK, TensorParallelGroup
 
 # Reads the model's tensors (float, or block-quantized or int8 on the CPU) given their names and shapes:
@@ -256,14 +257,16 @@ class CausalLM(nn.Module):
 
     def place_quantized(self, weights: dict[str, QuantizedWeight | Int8Weight]) -> None:
         """Put block-quantized or int8 weights (CPU only) where their checkpoint names say: a projection keeps its
-        weight aside for `fused_linear` to pack. The embedding table and the output projection are dequantized: the
-        logits stay float32, since the int4 kernel's bfloat16 outputs (steps of 0.125 at a logit of 20) would
+        weight aside for `fused_linear` to pack. The embedding table and the output projection are dequantized, and
+        keep their quantized form aside for `fuse_projections`: the logits stay float32 where it matters
+        (`RefinedLogits`), since the int4 kernel's bfloat16 outputs alone (steps of 0.125 at a logit of 20) would
         tie near-equal candidates and flip greedy choices."""
         for name, weight in weights.items():
             module_name, _, parameter = name.rpartition(".")
             module = self.get_submodule(module_name)
             if module_name in ("model.embed_tokens", "lm_head") and parameter == "weight":
                 module.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
+                module.quantized_weight = weight
             elif isinstance(module, nn.Linear) and parameter == "weight":
                 module.register_parameter("weight", None)
                 module.quantized_weight = weight
@@ -277,7 +280,14 @@ class CausalLM(nn.Module):
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
         output = self.model.embed_tokens if self.lm_head is None else self.lm_head
-        self.logits_projection = DenseLinear(self.ops, output.weight, None)
+        quantized = getattr(output, "quantized_weight", None)
+        if quantized is not None and RefinedLogits.takes(quantized):
+            self.logits_projection = RefinedLogits(quantized, output.weight)
+        else:
+            self.logits_projection = DenseLinear(self.ops, output.weight, None)
+        for module in (self.model.embed_tokens, self.lm_head):
+            if module is not None and hasattr(module, "quantized_weight"):
+                del module.quantized_weight
         self.projections_fused = True
         if self.model.norm.weight.is_cuda:
             # The merged parts go back to the driver now: left cached, the next allocations (the KV pool)

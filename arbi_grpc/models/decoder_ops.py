@@ -73,9 +73,12 @@ class TorchDecoderOps:
         return F.linear(states, weight, bias)
 
     def rms_norm(self, states: Tensor, weight: Tensor, eps: float) -> Tensor:
-        states32 = states.to(torch.float32)
-        mean_square = states32.pow(2).mean(dim=-1, keepdim=True)
-        return weight * (states32 * torch.rsqrt(mean_square + eps)).to(states.dtype)
+        if states.dtype != torch.float32:
+            states32 = states.to(torch.float32)
+            mean_square = states32.pow(2).mean(dim=-1, keepdim=True)
+            return weight * (states32 * torch.rsqrt(mean_square + eps)).to(states.dtype)
+        # float32 states: the same, without the two conversions (no-ops that still cost a dispatch each).
+        return weight * (states * torch.rsqrt(states.pow(2).mean(dim=-1, keepdim=True) + eps))
 
     def add_rms_norm(self, states: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         summed = states + residual
@@ -95,7 +98,8 @@ class _TorchRotation:
     """Rotates by one step's cos/sin rows [T, D] in the states' dtype (the two halves of a head form the pairs)."""
 
     def __init__(self, ops: TorchDecoderOps, cos: Tensor, sin: Tensor) -> None:
-        self.ops, self.cos, self.sin = ops, cos, sin
+        self.ops = ops
+        self.cos, self.sin = cos[:, None, :], sin[:, None, :]  # [T, 1, D], broadcast over the heads
 
     def apply(self, query: Tensor, key: Tensor, head_norms: HeadNormWeights | None) -> tuple[Tensor, Tensor]:
         if head_norms is not None:
@@ -107,4 +111,4 @@ class _TorchRotation:
         """states [T, heads, D] rotated by the per-token angles."""
         first_half, second_half = states.chunk(2, dim=-1)
         rotated_half = torch.cat((-second_half, first_half), dim=-1)  # [T, heads, D]
-        return states * self.cos[:, None, :] + rotated_half * self.sin[:, None, :]
+        return states * self.cos + rotated_half * self.sin

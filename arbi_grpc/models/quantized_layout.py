@@ -6,7 +6,8 @@ The byte count follows `CausalLM.fuse_projections`: a fused group (q/k/v, gate/u
 and a shape the int4 kernel packs is held packed (`cpu_quantized_ops.PackedInt4Linear`: half a byte per weight,
 twice for q8, plus a bfloat16 scale and zero per 32); an int8 group is held as int8 codes and a bfloat16 scale
 per row (`int8_weights.Int8Linear`); any other group is float, and so are the embedding table and the output
-projection (dequantized to float32 when stored quantized).
+projection (dequantized to float32 when stored quantized). A q8 output projection is also held packed, with its
+scales' magnitudes in float32 (`refined_logits.RefinedLogits`).
 """
 
 from __future__ import annotations
@@ -104,4 +105,8 @@ def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) ->
     total += embedding * (4 if "model.embed_tokens.weight" in kinds else element)
     if not model.tie_word_embeddings:
         total += embedding * (4 if "lm_head.weight" in kinds else element)
+    output = "model.embed_tokens.weight" if model.tie_word_embeddings else "lm_head.weight"
+    refined = _packed("q8", model.vocab_size, hidden) if kinds.get(output) == "q8" else None
+    if refined is not None:
+        total += refined + model.vocab_size * (hidden // GROUP) * 4
     return total
