@@ -218,18 +218,17 @@ def _tkv_prefill_kernel(
         for tile_start in range(exact_start, prefix_len, BLOCK_N):
             keys = tile_start + offsets_n
             in_tail = keys < prefix_len
-            # (names unused before the loops: a Triton loop carries any name assigned before it)
-            tail_vectors = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS) * num_kv_heads + kv_head
-            m_i, l_i, acc = _attend_exact_rows(q, key_tail_ptr, value_tail_ptr, tail_vectors * HEAD_DIM, in_tail,
+            rows = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS) * num_kv_heads + kv_head
+            m_i, l_i, acc = _attend_exact_rows(q, key_tail_ptr, value_tail_ptr, rows * HEAD_DIM, in_tail,
                                                in_tail[None, :], m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
         # The chunk's own tokens up to the diagonal, from this step's exact buffers.
         for tile_start in range(tl.maximum(exact_start, prefix_len), causal_end, BLOCK_N):
             keys = tile_start + offsets_n
             in_step = keys < seq_len
             visible = in_step[None, :] & (keys[None, :] <= q_positions[:, None])
-            step_offsets = (q_begin + keys - prefix_len).to(tl.int64) * stride_exact_token + kv_head * stride_exact_head
-            m_i, l_i, acc = _attend_exact_rows(q, key_exact_ptr, value_exact_ptr, step_offsets, in_step, visible,
-                                               m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
+            rows = (q_begin + keys - prefix_len).to(tl.int64) * stride_exact_token + kv_head * stride_exact_head
+            m_i, l_i, acc = _attend_exact_rows(q, key_exact_ptr, value_exact_ptr, rows, in_step, visible, m_i, l_i,
+                                               acc, HEAD_DIM, DOT_PRECISION)
     else:
         coded_start = 0
         if SINK_TOKENS > 0:
