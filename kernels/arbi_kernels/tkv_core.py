@@ -120,22 +120,6 @@ def code_channels(HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
-def in_code_order(rows, HEAD_DIM: tl.constexpr):
-    """Rows [N, D] in the natural channel order, rearranged into code_channels order in registers (within every 8
-    channels [2, 4] -> [4, 2]). Exact tiles load contiguous rows and rearrange them here: gathering them in that
-    order made every element its own scalar load, which took a prefill of fp16 tiles to 16x bf16's time."""
-    grouped = tl.reshape(rows, [rows.shape[0], HEAD_DIM // 8, 2, 4])
-    return tl.reshape(tl.permute(grouped, (0, 1, 3, 2)), [rows.shape[0], HEAD_DIM])
-
-
-@triton.jit
-def in_natural_order(rows, HEAD_DIM: tl.constexpr):
-    """The inverse of in_code_order: rows [N, D] in code_channels order back in the natural channel order."""
-    grouped = tl.reshape(rows, [rows.shape[0], HEAD_DIM // 8, 4, 2])
-    return tl.reshape(tl.permute(grouped, (0, 1, 3, 2)), [rows.shape[0], HEAD_DIM])
-
-
-@triton.jit
 def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
                        GROUP: tl.constexpr, MASK_WORDS: tl.constexpr = True):
     """What decoding the head vectors `vectors` [N] reads: packed words [N, D/8] and fp16 group scales and zeros
@@ -191,29 +175,28 @@ def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr):
 
 @triton.jit
 def decode_vectors(words, scale, zero, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
-                   DTYPE: tl.constexpr, CODE_ORDER: tl.constexpr = True):
-    """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order (CODE_ORDER=False: moved
-    back to the natural order, in_natural_order). In float16 that is one fused multiply-add of exact operands, so
-    one rounding, as in float32 then a cast. 4-bit words loaded as int64 pairs (from nibble_pair_view) become
-    float16 codes by inline PTX (nibble_pairs_as_halves)."""
+                   DTYPE: tl.constexpr):
+    """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order. In float16 that is one
+    fused multiply-add of exact operands, so one rounding, as in float32 then a cast. 4-bit words loaded as int64
+    pairs (from nibble_pair_view) become float16 codes by inline PTX (nibble_pairs_as_halves)."""
     if BITS == 4 and words.dtype == tl.int64:
         tl.static_assert(DTYPE == tl.float16, "4-bit word pairs decode by PTX into float16 tiles only")
         codes = tl.reshape(nibble_pairs_as_halves(words, HEAD_DIM), [words.shape[0], HEAD_DIM // GROUP, GROUP])
     else:
         codes = unpack_words(words, BITS, HEAD_DIM)  # [N, D]
         codes = codes_as_floats(tl.reshape(codes, [words.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
-    values = tl.reshape(zero.to(DTYPE)[:, :, None] + codes * scale.to(DTYPE)[:, :, None],
-                        [words.shape[0], HEAD_DIM])  # from [N, D/G, G]
-    return values if CODE_ORDER else in_natural_order(values, HEAD_DIM)
+    values = zero.to(DTYPE)[:, :, None] + codes * scale.to(DTYPE)[:, :, None]  # [N, D/G, G]
+    return tl.reshape(values, [words.shape[0], HEAD_DIM])
 
 
 @triton.jit
-def load_sink_tile(sink_ptr, vectors, valid, HEAD_DIM: tl.constexpr, CODE_ORDER: tl.constexpr = True):
+def load_sink_tile(sink_ptr, vectors, valid, HEAD_DIM: tl.constexpr):
     """Sink entries (already in the code space, fp16) of head vectors `vectors` [N]: float32 [N, D], channels in
-    the decoded tiles' order (code_channels; the natural order with CODE_ORDER=False)."""
-    dims = tl.arange(0, HEAD_DIM)
-    rows = tl.load(sink_ptr + vectors[:, None] * HEAD_DIM + dims[None, :], mask=valid[:, None], other=0.0)
-    return (in_code_order(rows, HEAD_DIM) if CODE_ORDER else rows).to(tl.float32)
+    the decoded tiles' order (code_channels)."""
+    dims = code_channels(HEAD_DIM)
+    return tl.load(sink_ptr + vectors[:, None] * HEAD_DIM + dims[None, :], mask=valid[:, None], other=0.0).to(
+        tl.float32
+    )
 
 
 @triton.jit
@@ -239,20 +222,19 @@ def attend_coded_tile(
     key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
     APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr = True,
-    TRANSPOSED_DOTS: tl.constexpr = False, CODE_ORDER: tl.constexpr = True,
+    TRANSPOSED_DOTS: tl.constexpr = False,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
     K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype.
-    MASK_WORDS: as load_coded_vectors; TRANSPOSED_DOTS: as attend_tile; CODE_ORDER: as decode_vectors (q and
-    acc in the same order)."""
+    MASK_WORDS: as load_coded_vectors; TRANSPOSED_DOTS: as attend_tile."""
     vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
                                             HEAD_DIM, GROUP, MASK_WORDS)
-    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, CODE_ORDER)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION, TRANSPOSED_DOTS)
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
                                             VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
-    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, CODE_ORDER)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
@@ -272,12 +254,11 @@ def attend_decoded_tile(
 @triton.jit
 def attend_sink_tile(q, tokens, visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                      key_sink_ptr, value_sink_ptr, SINK_TOKENS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                     PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False,
-                     CODE_ORDER: tl.constexpr = True):
+                     PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False):
     """Fold the sink positions `tokens` (where `in_sink`), read from the fp16 sink pools, into (m_i, l_i, acc).
-    TRANSPOSED_DOTS: as attend_tile; CODE_ORDER: as load_sink_tile."""
+    TRANSPOSED_DOTS: as attend_tile."""
     vectors = sink_vectors(block_table_row, tokens, in_sink, kv_head, num_kv_heads, SINK_TOKENS, PAGE_SIZE)
-    k = load_sink_tile(key_sink_ptr, vectors, in_sink, HEAD_DIM, CODE_ORDER)
+    k = load_sink_tile(key_sink_ptr, vectors, in_sink, HEAD_DIM)
     m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), visible, m_i, l_i, acc, True, DOT_PRECISION, TRANSPOSED_DOTS)
-    v = load_sink_tile(value_sink_ptr, vectors, in_sink, HEAD_DIM, CODE_ORDER)
+    v = load_sink_tile(value_sink_ptr, vectors, in_sink, HEAD_DIM)
     return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from arbi_kernels.checks import require_dtype, require_shape, require_unit_last_stride
-from arbi_kernels.tkv_core import in_code_order
+from arbi_kernels.tkv_core import code_channels
 from arbi_kernels.tkv_layout import TkvLayerTensors
 
 __all__ = [
@@ -68,14 +68,13 @@ def tail_ring_rows(tail_slot, positions, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: 
 
 @triton.jit
 def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head, num_kv_heads,
-                    stride_exact_token, stride_exact_head, HEAD_DIM: tl.constexpr, CODE_ORDER: tl.constexpr = True):
-    """Exact code-space entries of N positions: fp16 [N, D] as stored, in code_channels order (the natural order
-    with CODE_ORDER=False), each from the tail pool (row tail_rows, see tail_ring_rows, where from_tail) or from
-    this step's exact buffer (token row step_rows, where from_step); 0 elsewhere."""
-    dims = tl.arange(0, HEAD_DIM)  # loaded contiguous, then rearranged in registers (in_code_order)
+                    stride_exact_token, stride_exact_head, HEAD_DIM: tl.constexpr):
+    """Exact code-space entries of N positions: fp16 [N, D] as stored, in code_channels order, each from the tail
+    pool (row tail_rows, see tail_ring_rows, where from_tail) or from this step's exact buffer (token row
+    step_rows, where from_step); 0 elsewhere."""
+    dims = code_channels(HEAD_DIM)
     tail_vectors = tail_rows * num_kv_heads + kv_head
     tail = tl.load(tail_ptr + tail_vectors[:, None] * HEAD_DIM + dims[None, :], mask=from_tail[:, None], other=0.0)
     step_offsets = step_rows[:, None] * stride_exact_token + kv_head * stride_exact_head + dims[None, :]
     step = tl.load(exact_ptr + step_offsets, mask=from_step[:, None], other=0.0)
-    rows = tl.where(from_tail[:, None], tail, step)
-    return in_code_order(rows, HEAD_DIM) if CODE_ORDER else rows
+    return tl.where(from_tail[:, None], tail, step)

@@ -14,8 +14,7 @@ tail's shape). Two rules:
   program's rows differ.
 
 The launch mirrors the bf16 kernel (prefill_attention.py): a program takes BLOCK_M consecutive new q' rows of
-one sequence and one query head, its tiles in the natural channel order (decoded tiles are moved back from the
-decoder's order, tkv_core.in_natural_order), so that exact rows load straight into the dots. Its tiles come in three runs: the sink prefix (positions below sink_tokens,
+one sequence and one query head. Its tiles come in three runs: the sink prefix (positions below sink_tokens,
 from the fp16 sink pool, causally masked), the coded tiles wholly before the program's exact region (no causal
 mask, so no row's exact key among them; masked where they overlap the sink prefix), and the tiles from there up
 to the diagonal (causal mask). Rows never see an all-masked first tile: the sink tile shows every row position 0,
@@ -41,6 +40,7 @@ from arbi_kernels.prefill_attention import PrefillTiles
 from arbi_kernels.tkv_core import (
     attend_coded_tile,
     attend_sink_tile,
+    code_channels,
     decode_vectors,
     load_coded_vectors,
     paged_slots,
@@ -115,34 +115,41 @@ def _attend_causal_tile(
 
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
                                             HEAD_DIM, GROUP)
-    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, CODE_ORDER=False)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     coded_scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
-                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM, CODE_ORDER=False).to(q.dtype)
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM).to(q.dtype)
     exact_scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     m_i, l_i, acc, p = online_softmax_update(tl.where(own, exact_scores, coded_scores), visible, m_i, l_i, acc,
                                              True)
 
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
                                             VALUE_BITS, HEAD_DIM, GROUP)
-    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, CODE_ORDER=False)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     acc = accumulate_values(acc, tl.where(own, 0.0, p), v, DOT_PRECISION)
     v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
-                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM, CODE_ORDER=False).to(q.dtype)
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM).to(q.dtype)
     return m_i, l_i, accumulate_values(acc, tl.where(own, p, 0.0), v, DOT_PRECISION)
 
 
 @triton.jit
-def _attend_exact_rows(q, key_ptr, value_ptr, row_offsets, valid, visible, m_i, l_i, acc, HEAD_DIM: tl.constexpr,
-                       DOT_PRECISION: tl.constexpr):
-    """Fold N exact positions into (m_i, l_i, acc): fp16 head vectors at key_ptr / value_ptr + row_offsets [N]
-    (where `valid`), in the natural channel order, loaded straight into the dots as the bf16 kernel loads its
-    cache (a tail pool or this step's exact buffer)."""
-    offsets = row_offsets[:, None] + tl.arange(0, HEAD_DIM)[None, :]
-    k = tl.load(key_ptr + offsets, mask=valid[:, None], other=0.0)
+def _attend_exact_tile(
+    q, keys, visible, exact, prefix_len, q_begin, tail_slot, kv_head, num_kv_heads, m_i, l_i, acc,
+    key_tail_ptr, key_exact_ptr, value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Fold the positions `keys` (where `exact`), read exact, into (m_i, l_i, acc): from this step's buffers at or
+    after prefix_len, from the tail ring before."""
+    from_tail = exact & (keys < prefix_len)
+    from_step = exact & (keys >= prefix_len)
+    tail_rows = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS)
+    step_rows = (q_begin + keys - prefix_len).to(tl.int64)
+    k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
     m_i, l_i, acc, p = online_softmax_update(tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION),
                                              visible, m_i, l_i, acc, True)
-    v = tl.load(value_ptr + offsets, mask=valid[:, None], other=0.0)
+    v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
     return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION)
 
 
@@ -173,7 +180,7 @@ def _tkv_prefill_kernel(
     rows = tile_first_row + tl.arange(0, BLOCK_M)
     row_valid = rows < q_len
     q_positions = prefix_len + rows  # [BLOCK_M] absolute positions of the queries
-    dims = tl.arange(0, HEAD_DIM)  # q', every tile and acc in the natural channel order (decoded tiles moved back)
+    dims = code_channels(HEAD_DIM)  # q' in and acc out in the decoded tiles' channel order
     token_rows = (q_begin + rows).to(tl.int64)
     q = tl.load(
         q_ptr + token_rows[:, None] * stride_q_token + q_head * stride_q_head + dims[None, :],
@@ -201,7 +208,7 @@ def _tkv_prefill_kernel(
         sink_visible = in_sink[None, :] & (tokens[None, :] <= q_positions[:, None])  # [BLOCK_M, SINK_PAD]
         m_i, l_i, acc = attend_sink_tile(
             q, tokens, sink_visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-            key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, CODE_ORDER=False,
+            key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
         )
     if CHUNK_EXACT:
         # The cached prefix before the exact region, coded and visible to every row (all before prefix_len).
@@ -212,23 +219,18 @@ def _tkv_prefill_kernel(
             m_i, l_i, acc = attend_coded_tile(
                 q, keys, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, CODE_ORDER=False,
+                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
             )
-        # The window's positions before the chunk (visible to every row), exact from the tail ring.
-        for tile_start in range(exact_start, prefix_len, BLOCK_N):
+        # From there to the diagonal, every key exact.
+        for tile_start in range(exact_start, causal_end, BLOCK_N):
             keys = tile_start + offsets_n
-            in_tail = keys < prefix_len
-            rows = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS) * num_kv_heads + kv_head
-            m_i, l_i, acc = _attend_exact_rows(q, key_tail_ptr, value_tail_ptr, rows * HEAD_DIM, in_tail,
-                                               in_tail[None, :], m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
-        # The chunk's own tokens up to the diagonal, from this step's exact buffers.
-        for tile_start in range(tl.maximum(exact_start, prefix_len), causal_end, BLOCK_N):
-            keys = tile_start + offsets_n
-            in_step = keys < seq_len
-            visible = in_step[None, :] & (keys[None, :] <= q_positions[:, None])
-            rows = (q_begin + keys - prefix_len).to(tl.int64) * stride_exact_token + kv_head * stride_exact_head
-            m_i, l_i, acc = _attend_exact_rows(q, key_exact_ptr, value_exact_ptr, rows, in_step, visible, m_i, l_i,
-                                               acc, HEAD_DIM, DOT_PRECISION)
+            exact = keys < seq_len
+            visible = exact[None, :] & (keys[None, :] <= q_positions[:, None])
+            m_i, l_i, acc = _attend_exact_tile(
+                q, keys, visible, exact, prefix_len, q_begin, tail_slot, kv_head, num_kv_heads, m_i, l_i, acc,
+                key_tail_ptr, key_exact_ptr, value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head,
+                HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION,
+            )
     else:
         coded_start = 0
         if SINK_TOKENS > 0:
@@ -252,7 +254,7 @@ def _tkv_prefill_kernel(
             m_i, l_i, acc = attend_coded_tile(
                 q, keys, row_valid[:, None], keys < unmasked_end, block_table_row, kv_head, num_kv_heads, m_i, l_i,
                 acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                False, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, CODE_ORDER=False,
+                False, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
             )
         # Up to the tile's last query: the causal mask applies.
         for tile_start in range(unmasked_end, causal_end, BLOCK_N):
