@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from arbi_kernels.checks import require_dtype, require_shape, require_unit_last_stride
-from arbi_kernels.tkv_core import code_channels
+from arbi_kernels.tkv_core import in_code_order
 from arbi_kernels.tkv_layout import TkvLayerTensors
 
 __all__ = [
@@ -72,9 +72,9 @@ def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_s
     """Exact code-space entries of N positions: fp16 [N, D] as stored, in code_channels order, each from the tail
     pool (row tail_rows, see tail_ring_rows, where from_tail) or from this step's exact buffer (token row
     step_rows, where from_step); 0 elsewhere."""
-    dims = code_channels(HEAD_DIM)
+    dims = tl.arange(0, HEAD_DIM)  # loaded contiguous, then rearranged in registers (in_code_order)
     tail_vectors = tail_rows * num_kv_heads + kv_head
     tail = tl.load(tail_ptr + tail_vectors[:, None] * HEAD_DIM + dims[None, :], mask=from_tail[:, None], other=0.0)
     step_offsets = step_rows[:, None] * stride_exact_token + kv_head * stride_exact_head + dims[None, :]
     step = tl.load(exact_ptr + step_offsets, mask=from_step[:, None], other=0.0)
-    return tl.where(from_tail[:, None], tail, step)
+    return in_code_order(tl.where(from_tail[:, None], tail, step), HEAD_DIM)
