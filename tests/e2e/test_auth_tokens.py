@@ -148,5 +148,7 @@ def test_embedding_calls_need_the_generate_token(guarded_server) -> None:
             return stub.Embed(embedding_pb.EmbedRequest(), metadata=metadata, timeout=30)
 
         assert _code_of(embed, ()) == (grpc.StatusCode.UNAUTHENTICATED, "MISSING_CREDENTIAL")
-        # With a valid token the call reaches its handler: this server serves no embedding model.
-        assert _code_of(embed, _metadata(GENERATE_TOKEN))[0] == grpc.StatusCode.NOT_FOUND
+        # With a valid token the call reaches its handler, whose own answer (an empty request to a chat model that
+        # embeds, on a server that may still be loading it) is not an authentication refusal.
+        assert _code_of(embed, _metadata(GENERATE_TOKEN))[0] not in (grpc.StatusCode.UNAUTHENTICATED,
+                                                                      grpc.StatusCode.PERMISSION_DENIED)
