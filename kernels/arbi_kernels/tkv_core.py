@@ -129,6 +129,13 @@ def in_code_order(rows, HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
+def in_natural_order(rows, HEAD_DIM: tl.constexpr):
+    """The inverse of in_code_order: rows [N, D] in code_channels order back in the natural channel order."""
+    grouped = tl.reshape(rows, [rows.shape[0], HEAD_DIM // 8, 4, 2])
+    return tl.reshape(tl.permute(grouped, (0, 1, 3, 2)), [rows.shape[0], HEAD_DIM])
+
+
+@triton.jit
 def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
                        GROUP: tl.constexpr, MASK_WORDS: tl.constexpr = True):
     """What decoding the head vectors `vectors` [N] reads: packed words [N, D/8] and fp16 group scales and zeros

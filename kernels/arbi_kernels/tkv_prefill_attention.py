@@ -7,7 +7,9 @@ tail's shape). Two rules:
 - `chunk_exact=True` (the engine's default): every query of a chunk reads the chunk's own tokens and the exact
   window of its first query (the block holding the chunk's first token and the E - 1 before it) exact, only the
   cached prefix before that window from codes. A fresh prompt's chunk is then a plain flash-attention over fp16
-  tiles, with no decoding; a prompt's numbers depend on where its chunks start.
+  tiles, with no decoding; a prompt's numbers depend on where its chunks start. The program moves q' and its
+  accumulator from the decoder's channel order to the natural one once, after its coded tiles, so that exact
+  rows load straight into the dots.
 - `chunk_exact=False`: each query reads exact only its own window (its own block and the E - 1 before it), as a
   decode step does, so a prompt's numbers do not depend on its chunking or prefix-cache hits (a prefill re-scores
   generated tokens exactly). Keys are then scored and summed both decoded and exact where the windows of the
@@ -42,6 +44,7 @@ from arbi_kernels.tkv_core import (
     attend_sink_tile,
     code_channels,
     decode_vectors,
+    in_natural_order,
     load_coded_vectors,
     paged_slots,
 )
@@ -133,24 +136,28 @@ def _attend_causal_tile(
 
 
 @triton.jit
-def _attend_exact_tile(
-    q, keys, visible, exact, prefix_len, q_begin, tail_slot, kv_head, num_kv_heads, m_i, l_i, acc,
-    key_tail_ptr, key_exact_ptr, value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head,
-    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    """Fold the positions `keys` (where `exact`), read exact, into (m_i, l_i, acc): from this step's buffers at or
-    after prefix_len, from the tail ring before."""
-    from_tail = exact & (keys < prefix_len)
-    from_step = exact & (keys >= prefix_len)
-    tail_rows = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS)
-    step_rows = (q_begin + keys - prefix_len).to(tl.int64)
-    k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
-                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+def _attend_exact_rows(q, key_ptr, value_ptr, row_offsets, valid, visible, m_i, l_i, acc, HEAD_DIM: tl.constexpr,
+                       DOT_PRECISION: tl.constexpr):
+    """Fold N exact positions into (m_i, l_i, acc): fp16 head vectors at key_ptr / value_ptr + row_offsets [N]
+    (where `valid`) in the natural channel order, loaded straight into the dots as the bf16 kernel loads its cache
+    (q and acc in the natural order too)."""
+    offsets = row_offsets[:, None] + tl.arange(0, HEAD_DIM)[None, :]
+    k = tl.load(key_ptr + offsets, mask=valid[:, None], other=0.0)
     m_i, l_i, acc, p = online_softmax_update(tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION),
                                              visible, m_i, l_i, acc, True)
-    v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
-                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    v = tl.load(value_ptr + offsets, mask=valid[:, None], other=0.0)
     return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION)
+
+
+@triton.jit
+def _load_scaled_queries(q_ptr, token_rows, row_valid, q_head, stride_q_token, stride_q_head, dims, qk_scale,
+                         COMPUTE_DTYPE: tl.constexpr):
+    """q' rows [BLOCK_M, D] of one head, channels `dims`, pre-scaled by qk_scale so fp16 keeps its range."""
+    q = tl.load(
+        q_ptr + token_rows[:, None] * stride_q_token + q_head * stride_q_head + dims[None, :],
+        mask=row_valid[:, None], other=0.0,
+    ).to(tl.float32)
+    return (q * qk_scale).to(COMPUTE_DTYPE)
 
 
 @triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
@@ -182,11 +189,8 @@ def _tkv_prefill_kernel(
     q_positions = prefix_len + rows  # [BLOCK_M] absolute positions of the queries
     dims = code_channels(HEAD_DIM)  # q' in and acc out in the decoded tiles' channel order
     token_rows = (q_begin + rows).to(tl.int64)
-    q = tl.load(
-        q_ptr + token_rows[:, None] * stride_q_token + q_head * stride_q_head + dims[None, :],
-        mask=row_valid[:, None], other=0.0,
-    ).to(tl.float32)
-    q = (q * qk_scale).to(COMPUTE_DTYPE)  # q: [BLOCK_M, D], pre-scaled so fp16 keeps its range
+    q = _load_scaled_queries(q_ptr, token_rows, row_valid, q_head, stride_q_token, stride_q_head, dims, qk_scale,
+                             COMPUTE_DTYPE)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -221,16 +225,29 @@ def _tkv_prefill_kernel(
                 key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
                 True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
             )
-        # From there to the diagonal, every key exact.
-        for tile_start in range(exact_start, causal_end, BLOCK_N):
+        # From here on every key is exact, stored in the natural channel order: q' and acc move to that order
+        # once, so that exact rows load straight into the dots.
+        dims = tl.arange(0, HEAD_DIM)
+        q = _load_scaled_queries(q_ptr, token_rows, row_valid, q_head, stride_q_token, stride_q_head, dims,
+                                 qk_scale, COMPUTE_DTYPE)
+        acc = in_natural_order(acc, HEAD_DIM)
+        # The window's positions before the chunk (visible to every row), from the tail ring. (Names unused
+        # before the loops: a Triton loop carries any name assigned before it.)
+        for tile_start in range(exact_start, prefix_len, BLOCK_N):
             keys = tile_start + offsets_n
-            exact = keys < seq_len
-            visible = exact[None, :] & (keys[None, :] <= q_positions[:, None])
-            m_i, l_i, acc = _attend_exact_tile(
-                q, keys, visible, exact, prefix_len, q_begin, tail_slot, kv_head, num_kv_heads, m_i, l_i, acc,
-                key_tail_ptr, key_exact_ptr, value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head,
-                HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION,
-            )
+            in_tail = keys < prefix_len
+            tail_vectors = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS) * num_kv_heads + kv_head
+            m_i, l_i, acc = _attend_exact_rows(q, key_tail_ptr, value_tail_ptr, tail_vectors * HEAD_DIM, in_tail,
+                                               in_tail[None, :], m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
+        # The chunk's own tokens up to the diagonal, from this step's exact buffers.
+        for tile_start in range(tl.maximum(exact_start, prefix_len), causal_end, BLOCK_N):
+            keys = tile_start + offsets_n
+            in_step = keys < seq_len
+            visible = in_step[None, :] & (keys[None, :] <= q_positions[:, None])
+            step_rows = (q_begin + keys - prefix_len).to(tl.int64)
+            step_offsets = step_rows * stride_exact_token + kv_head * stride_exact_head
+            m_i, l_i, acc = _attend_exact_rows(q, key_exact_ptr, value_exact_ptr, step_offsets, in_step, visible,
+                                               m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
     else:
         coded_start = 0
         if SINK_TOKENS > 0:
