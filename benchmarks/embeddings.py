@@ -55,12 +55,16 @@ def sentences(count: int) -> list[str]:
             for i in range(count)]
 
 
-def random_bert_dir(root: Path, config: dict) -> Path:
+MINILM_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json", "modules.json")
+
+
+def random_bert_dir(root: Path, config: dict, files_dir: Path | None = None) -> Path:
     """A checkpoint of `config`'s shape with random weights, MiniLM's tokenizer files and sentence-transformers
-    modules (mean pooling, normalize) that both sides read."""
-    minilm = resolve_embedding_spec(MINILM_NAME)[1]
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json", "modules.json"):
-        shutil.copy(minilm / name, root / name)
+    modules (mean pooling, normalize) that both sides read; those files come from `files_dir` (MINILM_FILES) or,
+    by default, from the installed all-MiniLM-L6-v2."""
+    source = files_dir or resolve_embedding_spec(MINILM_NAME)[1]
+    for name in MINILM_FILES:
+        shutil.copy(source / name, root / name)
     (root / "config.json").write_text(json.dumps(config))
     (root / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": MAX_SEQ_LENGTH}))
     (root / "1_Pooling").mkdir()
@@ -114,6 +118,8 @@ def main() -> None:
                              "bert-base on cuda)")
     parser.add_argument("--sentences", type=int, default=512, help="sentences per measurement")
     parser.add_argument("--batches", default="1,32,256")
+    parser.add_argument("--tokenizer-dir", type=Path,
+                        help="MiniLM's tokenizer and module files for a random shape (default: the installed model's)")
     parser.add_argument("--out", type=Path, default=Path("bench-results/embeddings.json"))
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -125,7 +131,8 @@ def main() -> None:
         if shape == "minilm":
             model_dir, described = resolve_embedding_spec(MINILM_NAME)[1], "all-MiniLM-L6-v2 fp32"
         else:
-            model_dir, described = random_bert_dir(Path(scratch), RANDOM_SHAPES[shape]), f"random-weight {shape} fp32"
+            model_dir = random_bert_dir(Path(scratch), RANDOM_SHAPES[shape], args.tokenizer_dir)
+            described = f"random-weight {shape} fp32"
         reference = SentenceTransformer(str(model_dir), device=args.device)
         runner = EncoderRunner(EmbeddingModel.load("bench", model_dir, args.device))
         texts = sentences(args.sentences)
