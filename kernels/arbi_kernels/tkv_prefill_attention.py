@@ -137,15 +137,22 @@ def _attend_causal_tile(
 
 @triton.jit
 def _attend_exact_rows(q, key_ptr, value_ptr, row_offsets, valid, visible, m_i, l_i, acc, HEAD_DIM: tl.constexpr,
-                       DOT_PRECISION: tl.constexpr):
+                       DOT_PRECISION: tl.constexpr, APPLY_MASK: tl.constexpr = True):
     """Fold N exact positions into (m_i, l_i, acc): fp16 head vectors at key_ptr / value_ptr + row_offsets [N]
     (where `valid`) in the natural channel order, loaded straight into the dots as the bf16 kernel loads its cache
-    (q and acc in the natural order too)."""
+    (q and acc in the natural order too). APPLY_MASK=False: every position valid and visible to every row (no
+    masked loads, no score mask)."""
     offsets = row_offsets[:, None] + tl.arange(0, HEAD_DIM)[None, :]
-    k = tl.load(key_ptr + offsets, mask=valid[:, None], other=0.0)
+    if APPLY_MASK:
+        k = tl.load(key_ptr + offsets, mask=valid[:, None], other=0.0)
+    else:
+        k = tl.load(key_ptr + offsets)
     m_i, l_i, acc, p = online_softmax_update(tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION),
-                                             visible, m_i, l_i, acc, True)
-    v = tl.load(value_ptr + offsets, mask=valid[:, None], other=0.0)
+                                             visible, m_i, l_i, acc, APPLY_MASK)
+    if APPLY_MASK:
+        v = tl.load(value_ptr + offsets, mask=valid[:, None], other=0.0)
+    else:
+        v = tl.load(value_ptr + offsets)
     return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION)
 
 
@@ -239,8 +246,17 @@ def _tkv_prefill_kernel(
             tail_vectors = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS) * num_kv_heads + kv_head
             m_i, l_i, acc = _attend_exact_rows(q, key_tail_ptr, value_tail_ptr, tail_vectors * HEAD_DIM, in_tail,
                                                in_tail[None, :], m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
-        # The chunk's own tokens up to the diagonal, from this step's exact buffers.
-        for tile_start in range(tl.maximum(exact_start, prefix_len), causal_end, BLOCK_N):
+        # The chunk's own tokens, from this step's exact buffers: whole tiles before the program's first query
+        # (visible to every row) unmasked, then up to the diagonal under the causal mask.
+        step_start = tl.maximum(exact_start, prefix_len)
+        step_unmasked_end = step_start + tl.maximum(first_query - step_start, 0) // BLOCK_N * BLOCK_N
+        for tile_start in range(step_start, step_unmasked_end, BLOCK_N):
+            keys = tile_start + offsets_n
+            step_rows = (q_begin + keys - prefix_len).to(tl.int64)
+            step_offsets = step_rows * stride_exact_token + kv_head * stride_exact_head
+            m_i, l_i, acc = _attend_exact_rows(q, key_exact_ptr, value_exact_ptr, step_offsets, row_valid,
+                                               row_valid[:, None], m_i, l_i, acc, HEAD_DIM, DOT_PRECISION, False)
+        for tile_start in range(step_unmasked_end, causal_end, BLOCK_N):
             keys = tile_start + offsets_n
             in_step = keys < seq_len
             visible = in_step[None, :] & (keys[None, :] <= q_positions[:, None])
