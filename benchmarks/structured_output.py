@@ -10,6 +10,16 @@ in wall time and in the process's CPU time (all its threads; less sensitive to o
 machine).
 The constrained arm runs after its grammars are compiled and cached, so it measures the masks, not compiles.
 
+Breakdown (`engine.step_timings`, the same steps): host ms filling the masks and queueing the sampling, and on CUDA
+the device's forward pass, its wait for the sampling to be queued, and the sampling. The masks are hidden when the
+constrained arm's device wait stays at the plain arm's and the queueing stays short (a queueing that lasts about a
+forward pass means a host wait for the device).
+
+Fill cost: each case schema (as the constrained arm wraps it) walked 32 tokens by a matcher that accepts a seeded
+random allowed token each time: microseconds per row fill, per schema median then p50/p99/max over the schemas;
+then, per batch size, one fill of that many rows one matcher at a time against xgrammar's batch fill
+(`BatchGrammarMatcher`, its default threads), best of 20.
+
 Compile time: every case schema compiled by the engine's `ConstraintCompiler` with an empty in-memory cache
 (first), then again (cached), p50 and p99 over the set.
 
@@ -26,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
 import statistics
 import threading
 import time
@@ -33,7 +44,9 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import torch
+import xgrammar as xgr
 
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.engine.grammar.compile_cache import CompileCache
@@ -42,6 +55,7 @@ from arbi_grpc.engine.input_processor import TextPrompt
 from arbi_grpc.engine.output_constraint import ConstraintKind, OutputConstraint
 from arbi_grpc.engine.request import SchedulingParams
 from arbi_grpc.engine.sampling_params import SamplingParams, StoppingParams
+from arbi_grpc.engine.step_timings import StepTiming, StepTimings
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
 from arbi_grpc.served_model import ServedModel, build_served_model
 from tests.structured_cases import raw_cases
@@ -65,6 +79,66 @@ class StepClock:
                                stats.num_waiting))
 
         engine.step = timed
+
+
+BREAKDOWN = ("fill_ms", "queue_ms", "device_forward_ms", "device_wait_ms", "device_sampling_ms")
+
+
+def breakdown(timings: list[StepTiming], batch: int) -> dict[str, float | None]:
+    """Mean figures of the steps that sampled the whole batch (device figures None off CUDA)."""
+    whole = [timing for timing in timings if timing.rows == batch]
+    device = [timing.device_ms() for timing in whole]
+    figures: dict[str, float | None] = {
+        "fill_ms": 1e3 * statistics.fmean(timing.fill_s for timing in whole),
+        "queue_ms": 1e3 * statistics.fmean(timing.queue_s for timing in whole),
+    }
+    for index, name in enumerate(BREAKDOWN[2:]):
+        figures[name] = None if None in device else statistics.fmean(entry[index] for entry in device)
+    return figures
+
+
+def fill_costs(served: ServedModel, batches: list[int], walk: int = 32) -> dict:
+    """Per-row fill microseconds of every case schema along a random walk, and one-at-a-time against batch fill."""
+    compiler = served.inputs.grammars
+    compiled = [compiler.compile(_constraint(index)).result() for index in range(len(raw_cases()["schemas"]))]
+    vocab_size, stops = compiler.vocabulary.vocab_size, set(compiler.vocabulary.stop_token_ids)
+    chooser = random.Random(0)
+    bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+
+    def step(matcher: xgr.GrammarMatcher) -> float:
+        started = time.perf_counter()
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        seconds = time.perf_counter() - started
+        allowed = np.flatnonzero(np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")[:vocab_size])
+        allowed = [token for token in allowed.tolist() if token not in stops]
+        if not matcher.accept_token(chooser.choice(allowed)):
+            raise RuntimeError("a matcher refused a token its own mask allowed")
+        return seconds
+
+    per_schema = []
+    for grammar in compiled:
+        matcher = xgr.GrammarMatcher(grammar)
+        per_schema.append(1e6 * statistics.median(step(matcher) for _ in range(walk)))
+    batch_fill = xgr.BatchGrammarMatcher()
+    batched: dict[str, dict[str, float]] = {}
+    for batch in batches:
+        matchers = [xgr.GrammarMatcher(compiled[row % len(compiled)]) for row in range(batch)]
+        for row, matcher in enumerate(matchers):
+            for _ in range(row % walk):
+                step(matcher)
+        rows = xgr.allocate_token_bitmask(batch, vocab_size)
+        one_by_one, together = float("inf"), float("inf")
+        for _ in range(20):
+            started = time.perf_counter()
+            for row, matcher in enumerate(matchers):
+                matcher.fill_next_token_bitmask(rows, row)
+            one_by_one = min(one_by_one, time.perf_counter() - started)
+            started = time.perf_counter()
+            batch_fill.batch_fill_next_token_bitmask(matchers, rows)
+            together = min(together, time.perf_counter() - started)
+        batched[str(batch)] = {"one_at_a_time_ms": 1e3 * one_by_one, "batch_fill_ms": 1e3 * together}
+    return {"per_row_us": {"p50": _percentile(per_schema, 0.5), "p99": _percentile(per_schema, 0.99),
+                           "max": max(per_schema)}, "batch": batched}
 
 
 def _constraint(index: int) -> OutputConstraint:
@@ -144,16 +218,22 @@ def main() -> None:
         compiles = compile_times(served)
         clock = StepClock(served)
         run_batch(served, clock, max(batches), 4, True, "warm")  # every row's grammar compiled and cached
+        timings = served.engine.runner.timings = StepTimings()
         steps: dict[str, dict] = {}
         for batch in batches:
             for round_index in range(args.rounds):  # the arms alternate, so load changes hit both alike
                 for arm in ("plain", "constrained"):
+                    timings.take()
                     times = run_batch(served, clock, batch, args.new_tokens, arm == "constrained",
                                       f"{arm}-{batch}-{round_index}")
-                    entry = steps.setdefault(f"{arm}-{batch}", {"wall_ms": [], "cpu_ms": [], "steps": len(times)})
+                    entry = steps.setdefault(f"{arm}-{batch}", {"wall_ms": [], "cpu_ms": [], "steps": len(times),
+                                                                "breakdown": []})
                     for index, name in enumerate(("wall_ms", "cpu_ms")):
                         entry[name].append(1e3 * statistics.fmean(pair[index] for pair in times))
                     entry["steps"] = min(entry["steps"], len(times))
+                    entry["breakdown"].append(breakdown(timings.take(), batch))
+        served.engine.runner.timings = None
+        fills = fill_costs(served, batches)
     finally:
         served.engine.shutdown()
     print(f"best of {args.rounds} rounds, mean ms per decode step of the whole batch (wall, and process CPU)")
@@ -166,6 +246,21 @@ def main() -> None:
             best_plain, best_constrained = min(plain[name]), min(constrained[name])
             row += f" {best_plain:>{width}.1f} {best_constrained:>12.1f} {best_constrained / best_plain:>6.3f}"
         print(row + f" {min(plain['steps'], constrained['steps']):>6}")
+    print("\nbreakdown of the best wall round, mean ms per step of the whole batch (device figures on CUDA only)")
+    print(f"{'batch':>6} {'arm':>12} {'host fill':>10} {'host queue':>11} {'dev forward':>12} {'dev wait':>9} "
+          f"{'dev sample':>11}")
+    for batch in batches:
+        for arm in ("plain", "constrained"):
+            entry = steps[f"{arm}-{batch}"]
+            best = entry["breakdown"][entry["wall_ms"].index(min(entry["wall_ms"]))]
+            cells = [f"{best[name]:.3f}" if best[name] is not None else "-" for name in BREAKDOWN]
+            print(f"{batch:>6} {arm:>12} {cells[0]:>10} {cells[1]:>11} {cells[2]:>12} {cells[3]:>9} {cells[4]:>11}")
+    per_row = fills["per_row_us"]
+    print(f"\nmask fill per row over {len(raw_cases()['schemas'])} schemas (median of a 32-token walk each): "
+          f"p50 {per_row['p50']:.1f} us, p99 {per_row['p99']:.1f} us, max {per_row['max']:.1f} us")
+    for batch, figures in fills["batch"].items():
+        print(f"  {batch:>4} rows: one matcher at a time {figures['one_at_a_time_ms']:.3f} ms, "
+              f"xgrammar batch fill {figures['batch_fill_ms']:.3f} ms")
     compile_ms = {arm: {"p50": 1e3 * _percentile(values, 0.5), "p99": 1e3 * _percentile(values, 0.99)}
                   for arm, values in compiles.items()}
     print(f"\ngrammar compile over {len(compiles['first'])} schemas:")
@@ -175,7 +270,7 @@ def main() -> None:
     args.out.write_text(json.dumps({
         "benchmark": "structured_output", "date": date.today().isoformat(), "machine": platform.machine(),
         "device": args.device, "torch_threads": torch.get_num_threads(), "args": vars(args) | {"out": str(args.out)},
-        "step_ms": steps, "compile_ms": compile_ms,
+        "step_ms": steps, "compile_ms": compile_ms, "fill": fills,
     }, indent=2))
 
 
