@@ -10,7 +10,7 @@ in wall time and in the process's CPU time (all its threads; less sensitive to o
 machine).
 The constrained arm runs after its grammars are compiled and cached, so it measures the masks, not compiles.
 
-Breakdown (`engine.step_timings`, the same steps): host ms filling the masks and queueing the sampling, and on CUDA
+Breakdown (`engine.step_timings`, the decode steps of the whole batch): host ms filling the masks and queueing the sampling, and on CUDA
 the device's forward pass, its wait for the sampling to be queued, and the sampling. The masks are hidden when the
 constrained arm's device wait stays at the plain arm's and the queueing stays short (a queueing that lasts about a
 forward pass means a host wait for the device).
@@ -85,8 +85,8 @@ BREAKDOWN = ("fill_ms", "queue_ms", "device_forward_ms", "device_wait_ms", "devi
 
 
 def breakdown(timings: list[StepTiming], batch: int) -> dict[str, float | None]:
-    """Mean figures of the steps that sampled the whole batch (device figures None off CUDA)."""
-    whole = [timing for timing in timings if timing.rows == batch]
+    """Mean figures of the decode steps of the whole batch (device figures None off CUDA)."""
+    whole = [timing for timing in timings if timing.rows == timing.num_tokens == batch]
     device = [timing.device_ms() for timing in whole]
     figures: dict[str, float | None] = {
         "fill_ms": 1e3 * statistics.fmean(timing.fill_s for timing in whole),
@@ -217,7 +217,8 @@ def main() -> None:
     try:
         compiles = compile_times(served)
         clock = StepClock(served)
-        run_batch(served, clock, max(batches), 4, True, "warm")  # every row's grammar compiled and cached
+        for batch in batches:  # every row's grammar compiled and cached, the mask kernel compiled for each size
+            run_batch(served, clock, batch, 4, True, f"warm-{batch}")
         timings = served.engine.runner.timings = StepTimings()
         steps: dict[str, dict] = {}
         for batch in batches:

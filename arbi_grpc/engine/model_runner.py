@@ -184,7 +184,7 @@ class ModelRunner:
         num_constrained = sum(sequence.grammar is not None for sequence in sequences)
         timing = None
         if self.timings is not None and sequences:
-            timing = self.timings.start(len(sequences), num_constrained, self.device)
+            timing = self.timings.start(step.num_tokens, len(sequences), num_constrained, self.device)
         seed_reused_blocks(self.kv_cache, inputs)
         carried = self._carried(layout, previous)
         if self._replays_graph(step.chunks):

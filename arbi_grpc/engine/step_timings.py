@@ -16,8 +16,9 @@ import torch
 
 @dataclass
 class StepTiming:
-    """One launched step that sampled: its sample rows, the constrained ones, and its events (None off CUDA)."""
+    """One launched step that sampled: its tokens, sample rows, the constrained ones, and its events."""
 
+    num_tokens: int  # input tokens of the step: as many as its rows for a decode step
     rows: int
     constrained_rows: int
     fill_s: float = 0.0  # host seconds filling the masks (0 without constrained rows)
@@ -40,9 +41,9 @@ class StepTimings:
     def __init__(self) -> None:
         self._steps: list[StepTiming] = []
 
-    def start(self, rows: int, constrained_rows: int, device: torch.device) -> StepTiming:
+    def start(self, num_tokens: int, rows: int, constrained_rows: int, device: torch.device) -> StepTiming:
         """A step's record, its first event (before the forward pass) recorded on CUDA."""
-        timing = StepTiming(rows, constrained_rows)
+        timing = StepTiming(num_tokens, rows, constrained_rows)
         self._steps.append(timing)
         mark(timing, device)
         return timing
