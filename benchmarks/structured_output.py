@@ -7,7 +7,8 @@ every row does real JSON-schema mask work). The engine thread's `step` is timed;
 wall time of the steps where the whole batch decodes (all rows running, none waiting). The arms alternate for
 `--rounds` rounds and each reports its best round (the least disturbed by other load), constrained against not,
 in wall time and in the process's CPU time (all its threads; less sensitive to other processes on a shared
-machine).
+machine). `--half` adds an arm where only the even rows are constrained (the odd ones decode unconstrained in the
+same batch).
 The constrained arm runs after its grammars are compiled and cached, so it measures the masks, not compiles.
 
 Breakdown (`engine.step_timings`, the decode steps of the whole batch): host ms filling the masks and queueing the sampling, and on CUDA
@@ -149,7 +150,12 @@ def _constraint(index: int) -> OutputConstraint:
     return OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(array))
 
 
-def run_batch(served: ServedModel, clock: StepClock, batch: int, new_tokens: int, constrained: bool,
+def _constrains(arm: str, index: int) -> bool:
+    """Whether row `index` of a batch of `arm` ("plain", "constrained" or "half") has a constraint."""
+    return arm == "constrained" or (arm == "half" and index % 2 == 0)
+
+
+def run_batch(served: ServedModel, clock: StepClock, batch: int, new_tokens: int, arm: str,
               tag: str) -> list[tuple[float, float]]:
     """Runs one batch to its end; (wall, cpu) seconds of each step where the whole batch decoded."""
     done = threading.Semaphore(0)
@@ -163,6 +169,7 @@ def run_batch(served: ServedModel, clock: StepClock, batch: int, new_tokens: int
 
     first = len(clock.steps)
     for index in range(batch):
+        constrained = _constrains(arm, index)
         sampling = SamplingParams(temperature=0.0)
         if constrained:
             sampling = replace(sampling, output_constraint=_constraint(index))
@@ -208,9 +215,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="the model served (default: the embedded SmolLM2)")
     parser.add_argument("--kv-cache-mib", type=int, default=512)
+    parser.add_argument("--half", action="store_true", help="also an arm with every other row constrained")
     parser.add_argument("--out", type=Path, default=Path("bench-results/structured_output.json"))
     args = parser.parse_args()
     batches = [int(batch) for batch in args.batches.split(",")]
+    arms = ("plain", "constrained", "half") if args.half else ("plain", "constrained")
     config = EngineConfig(model=str(resolve_model(args.model).directory), device=args.device,
                           kv_cache_memory_mib=args.kv_cache_mib, max_running_requests=max(batches))
     served = build_served_model(config)
@@ -218,15 +227,14 @@ def main() -> None:
         compiles = compile_times(served)
         clock = StepClock(served)
         for batch in batches:  # every row's grammar compiled and cached, the mask kernel compiled for each size
-            run_batch(served, clock, batch, 4, True, f"warm-{batch}")
+            run_batch(served, clock, batch, 4, "constrained", f"warm-{batch}")
         timings = served.engine.runner.timings = StepTimings()
         steps: dict[str, dict] = {}
         for batch in batches:
             for round_index in range(args.rounds):  # the arms alternate, so load changes hit both alike
-                for arm in ("plain", "constrained"):
+                for arm in arms:
                     timings.take()
-                    times = run_batch(served, clock, batch, args.new_tokens, arm == "constrained",
-                                      f"{arm}-{batch}-{round_index}")
+                    times = run_batch(served, clock, batch, args.new_tokens, arm, f"{arm}-{batch}-{round_index}")
                     entry = steps.setdefault(f"{arm}-{batch}", {"wall_ms": [], "cpu_ms": [], "steps": len(times),
                                                                 "breakdown": []})
                     for index, name in enumerate(("wall_ms", "cpu_ms")):
@@ -238,20 +246,23 @@ def main() -> None:
     finally:
         served.engine.shutdown()
     print(f"best of {args.rounds} rounds, mean ms per decode step of the whole batch (wall, and process CPU)")
-    print(f"{'batch':>6} {'plain wall':>11} {'constrained':>12} {'ratio':>6} {'plain CPU':>10} {'constrained':>12} "
-          f"{'ratio':>6} {'steps':>6}")
+    print(f"{'batch':>6} {'arm':>12} {'plain wall':>11} {'arm wall':>9} {'ratio':>6} {'plain CPU':>10} "
+          f"{'arm CPU':>8} {'ratio':>6} {'steps':>6}")
     for batch in batches:
-        plain, constrained = steps[f"plain-{batch}"], steps[f"constrained-{batch}"]
-        row = f"{batch:>6}"
-        for name, width in (("wall_ms", 11), ("cpu_ms", 10)):
-            best_plain, best_constrained = min(plain[name]), min(constrained[name])
-            row += f" {best_plain:>{width}.1f} {best_constrained:>12.1f} {best_constrained / best_plain:>6.3f}"
-        print(row + f" {min(plain['steps'], constrained['steps']):>6}")
+        plain = steps[f"plain-{batch}"]
+        for arm in arms[1:]:
+            constrained = steps[f"{arm}-{batch}"]
+            row = f"{batch:>6} {arm:>12}"
+            for name, width, arm_width in (("wall_ms", 11, 9), ("cpu_ms", 10, 8)):
+                best_plain, best_constrained = min(plain[name]), min(constrained[name])
+                row += (f" {best_plain:>{width}.1f} {best_constrained:>{arm_width}.1f}"
+                        f" {best_constrained / best_plain:>6.3f}")
+            print(row + f" {min(plain['steps'], constrained['steps']):>6}")
     print("\nbreakdown of the best wall round, mean ms per step of the whole batch (device figures on CUDA only)")
     print(f"{'batch':>6} {'arm':>12} {'host fill':>10} {'host queue':>11} {'dev forward':>12} {'dev wait':>9} "
           f"{'dev sample':>11}")
     for batch in batches:
-        for arm in ("plain", "constrained"):
+        for arm in arms:
             entry = steps[f"{arm}-{batch}"]
             best = entry["breakdown"][entry["wall_ms"].index(min(entry["wall_ms"]))]
             cells = [f"{best[name]:.3f}" if best[name] is not None else "-" for name in BREAKDOWN]
