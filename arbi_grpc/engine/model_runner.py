@@ -14,14 +14,16 @@ inputs to the other ranks before the forward pass, whose collectives they join.
 step sampled and the host has not read yet is taken from that step's device tensor. `LaunchedStep.result()`
 waits for the step's one device-to-host copy.
 
-Output constraints: once the forward pass is queued, each constrained sequence's matcher accepts its tokens not yet
-accepted (one still in flight is read from the previous step's result, which the device wrote before this step's
-forward pass, so the host waits for no more than that step), then `token_masks` fills their bitmask rows while the
-device runs the forward pass, and the sampler applies them to the logits outside any CUDA graph.
+Output constraints (`docs/structured_output.md`): a step that samples a constrained sequence queues its forward pass
+only; its sampling waits on the host, not on the device. The step pipeline reads the previous step while the device
+runs the forward pass, so every earlier token of the step's sequences is on the host and their matchers have
+accepted it; `fill_masks` then fills the bitmask of the constrained rows, and `queue_sampling` queues the mask's
+copy and the sampling behind the forward pass. A step without a constrained row queues its sampling at once.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,8 +38,9 @@ from arbi_grpc.engine.request import TokenOutput
 from arbi_grpc.engine.sampler import SampleInFlight, Sampler, TokenMask
 from arbi_grpc.engine.sampler import prompt_logprobs as score_prompt
 from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
-from arbi_grpc.engine.sequence import Sequence
+from arbi_grpc.engine.sequence import Sequence, SequenceStatus
 from arbi_grpc.engine.step_inputs import StepInputs, forward_logits, seed_reused_blocks, select_rows
+from arbi_grpc.engine.step_timings import StepTiming, StepTimings, mark
 
 if TYPE_CHECKING:
     from arbi_grpc.engine.grammar.token_masks import TokenMaskBuilder
@@ -51,33 +54,55 @@ class StepResult:
     prompt_logprobs: dict[Sequence, list[float]]
 
 
+@dataclass
+class PendingSampling:
+    """The sampling of a launched step not queued yet: its logits on the device and, once filled, its masks."""
+
+    logits: Tensor  # [S, V] float32, one row per sampled sequence
+    num_constrained: int  # sampled sequences with an output constraint
+    timing: StepTiming | None
+    masks: TokenMask | None = None
+    masks_filled: bool = False
+
+
 class LaunchedStep:
     """A step queued on the device: its sampled tokens stay there (`sampled_rows` says whose row is which)
-    until `result()` reads them."""
+    until `result()` reads them. While `pending` is set its sampling is not queued yet (`ModelRunner.queue_sampling`)."""
 
-    def __init__(self, sequences: list[Sequence], sample: SampleInFlight | None,
+    def __init__(self, sequences: list[Sequence], pending: PendingSampling | None,
                  prompt_logprobs: dict[Sequence, list[float]]) -> None:
         self.sampled_rows = {sequence: row for row, sequence in enumerate(sequences)}
-        self._sequences = sequences
-        self._sample = sample
+        self.sequences = sequences
+        self.pending = pending
+        self._sample: SampleInFlight | None = None
         self._prompt_logprobs = prompt_logprobs
         self._result: StepResult | None = None
+
+    @property
+    def awaits_sampling(self) -> bool:
+        return self.pending is not None
 
     @property
     def sampled_token_ids(self) -> Tensor:
         """[S] int64 on the device, row `sampled_rows[sequence]` for each sequence that sampled."""
         if self._sample is None:
-            raise ValueError("this step sampled no token")
+            raise ValueError("this step sampled no token" if self.pending is None else "this step's sampling is not queued")
         return self._sample.token_ids
+
+    def sampling_queued(self, sample: SampleInFlight) -> None:
+        self.pending = None
+        self._sample = sample
 
     def result(self) -> StepResult:
         """Waits for the step's device-to-host copy and returns the tokens and log-probabilities (read once)."""
         if self._result is not None:
             return self._result
+        if self.pending is not None:
+            raise RuntimeError("a step is read before its sampling was queued")
         sampled: dict[Sequence, TokenOutput] = {}
         if self._sample is not None:
             result = self._sample.result()
-            for i, sequence in enumerate(self._sequences):
+            for i, sequence in enumerate(self.sequences):
                 sampled[sequence] = TokenOutput(
                     token_id=result.token_ids[i],
                     logprob=result.logprobs[i],
@@ -121,6 +146,7 @@ class ModelRunner:
         self.decode_graphs: DecodeGraphs | None = None
         self.ranks = ranks
         self.token_masks: TokenMaskBuilder | None = None  # set when the engine serves output constraints
+        self.timings: StepTimings | None = None  # set by benchmarks that break steps down
 
     def close(self) -> None:
         """Stops the other tensor-parallel ranks, if any (the engine has stopped stepping)."""
@@ -146,13 +172,19 @@ class ModelRunner:
 
     @torch.inference_mode()
     def launch(self, step: ScheduledStep, previous: LaunchedStep | None) -> LaunchedStep:
-        """Queues the forward pass and sampling of `step`; `previous` is the launched step whose tokens the
-        host has not read yet (None when every input token is on the host)."""
+        """Queues the forward pass of `step`, and its sampling unless it samples a constrained sequence (then
+        `fill_masks` and `queue_sampling` follow); `previous` is the launched step whose tokens the host has not
+        read yet (None when every input token is on the host)."""
         reused_blocks = [(_batch_slot(chunk.sequence), chunk.sequence.block_table, chunk.num_reused_blocks)
                          for chunk in step.chunks if chunk.num_reused_blocks]
         layout = self._lay_out(step.chunks)
         inputs = StepInputs(layout.query_lens, layout.seq_lens, layout.block_tables, layout.batch_slots,
                             layout.logit_rows, reused_blocks)
+        sequences = [chunk.sequence for chunk, _ in layout.sample_rows]
+        num_constrained = sum(sequence.grammar is not None for sequence in sequences)
+        timing = None
+        if self.timings is not None and sequences:
+            timing = self.timings.start(step.num_tokens, len(sequences), num_constrained, self.device)
         seed_reused_blocks(self.kv_cache, inputs)
         carried = self._carried(layout, previous)
         if self._replays_graph(step.chunks):
@@ -164,18 +196,62 @@ class ModelRunner:
             if carried is not None:
                 carried.write_into(input_ids)
             logits = self._forward_logits(inputs, input_ids)  # [N, V] float32
-        sequences = [chunk.sequence for chunk, _ in layout.sample_rows]
-        sample = None
+        mark(timing, self.device)
+        pending = None
         if layout.sample_rows:
             sample_logits = select_rows(logits, [index for _, index in layout.sample_rows])
-            states = [s.sampling_state for s in sequences]
-            mask = self._token_masks(sequences, previous)
-            sample = self.sampler.sample_without_sync(sample_logits, states, mask)
-        prompt_logprobs: dict[Sequence, list[float]] = {}  # read at once: such steps are not overlapped
-        for chunk, first, count in layout.prompt_rows:
+            pending = PendingSampling(sample_logits, num_constrained, timing)
+        prompt_logprobs: dict[Sequence, list[float]] = {}
+        launched = LaunchedStep(sequences, pending, prompt_logprobs)
+        if pending is not None and not num_constrained:
+            self.queue_sampling(launched)
+        for chunk, first, count in layout.prompt_rows:  # read at once: such steps are not overlapped
             tokens = chunk.sequence.token_ids[chunk.start: chunk.start + count + 1]
             prompt_logprobs[chunk.sequence] = score_prompt(logits[first: first + count], tokens)
-        return LaunchedStep(sequences, sample, prompt_logprobs)
+        return launched
+
+    def fill_masks(self, launched: LaunchedStep) -> None:
+        """Fills the masks of a launched step's constrained rows on the host, while the device runs its forward
+        pass. Every earlier token of theirs must have been read (the matchers accept any they have not yet)."""
+        pending = launched.pending
+        if pending is None or pending.masks_filled:
+            raise RuntimeError("fill_masks needs a launched step whose sampling waits for its masks")
+        if self.token_masks is None:
+            raise RuntimeError("a constrained sequence reached a model runner without token masks")
+        started_s = time.perf_counter()
+        grammars = []
+        for sequence in launched.sequences:
+            grammar = sequence.grammar
+            if grammar is not None and sequence.status is SequenceStatus.FINISHED:
+                grammar = None  # ended when the previous step was read: its row is discarded
+            if grammar is not None:
+                if sequence.num_in_flight_tokens > 1:
+                    raise RuntimeError(f"request {sequence.request_id!r} has an earlier token in flight: its mask "
+                                       "would miss it")
+                grammar.advance(sequence.token_ids, sequence.num_prompt_tokens)
+            grammars.append(grammar)
+        pending.masks = self.token_masks.build(grammars, [sequence.sampling_state for sequence in launched.sequences],
+                                               self.device)
+        pending.masks_filled = True
+        if pending.timing is not None:
+            pending.timing.fill_s = time.perf_counter() - started_s
+
+    @torch.inference_mode()
+    def queue_sampling(self, launched: LaunchedStep) -> None:
+        """Queues a launched step's sampling (with its masks' copy) behind its forward pass; the host does not wait."""
+        pending = launched.pending
+        if pending is None:
+            raise RuntimeError("this step's sampling is queued already, or it samples nothing")
+        if pending.num_constrained and not pending.masks_filled:
+            raise RuntimeError("a constrained step's sampling is queued before its masks were filled")
+        started_s = time.perf_counter()
+        mark(pending.timing, self.device)
+        sample = self.sampler.sample_without_sync(pending.logits, [s.sampling_state for s in launched.sequences],
+                                                  pending.masks)
+        mark(pending.timing, self.device)
+        if pending.timing is not None:
+            pending.timing.queue_s = time.perf_counter() - started_s
+        launched.sampling_queued(sample)
 
     def _forward_logits(self, inputs: StepInputs, input_ids: Tensor) -> Tensor:
         """`forward_logits`, on every tensor-parallel rank when there are others: a failure partway leaves them
@@ -188,23 +264,6 @@ class ModelRunner:
         except Exception as error:
             self.ranks.abandon(error)
             raise
-
-    def _token_masks(self, sequences: list[Sequence], previous: LaunchedStep | None) -> TokenMask | None:
-        """The masks of the constrained rows, their matchers brought up to date first (None without any)."""
-        constrained = [sequence for sequence in sequences if sequence.grammar is not None]
-        if not constrained:
-            return None
-        if self.token_masks is None:
-            raise RuntimeError("a constrained sequence reached a model runner without token masks")
-        in_flight = {}
-        if previous is not None and any(sequence.num_in_flight_tokens for sequence in constrained):
-            in_flight = previous.result().sampled
-        for sequence in constrained:
-            token = in_flight.get(sequence) if sequence.num_in_flight_tokens else None
-            sequence.grammar.advance(sequence.token_ids, sequence.num_prompt_tokens,
-                                     None if token is None else token.token_id)
-        return self.token_masks.build([sequence.grammar for sequence in sequences],
-                                      [sequence.sampling_state for sequence in sequences], self.device)
 
     @staticmethod
     def _carried(layout: _BatchLayout, previous: LaunchedStep | None) -> CarriedTokens | None:

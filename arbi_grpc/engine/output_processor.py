@@ -1,7 +1,7 @@
 """Turns a step's sampled tokens into streamed outputs: detokenization, stop conditions, finish reasons.
 
-A constrained sequence's matcher accepts each token here too (`SequenceGrammar.advance`, a no-op when the model
-runner accepted it already): a terminated matcher ends the sequence as its EOS would (FinishReason.EOS_TOKEN), also
+A constrained sequence's matcher accepts each token here (`SequenceGrammar.advance`), before the model runner fills
+the mask of its next step: a terminated matcher ends the sequence as its EOS would (FinishReason.EOS_TOKEN), also
 under ignore_eos, since the grammar allows nothing after its end; a token outside the grammar (a defect) ends it
 with an error: INVALID_ARGUMENT when the mask had allowed no token (the model's vocabulary cannot continue the
 constraint), else INTERNAL.

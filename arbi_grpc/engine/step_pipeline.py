@@ -7,6 +7,12 @@ ends when its tokens are read was scheduled once more: it is finished at once (b
 streamed) and its row of the later step is discarded. A step with a sequence that needs its tokens on the
 host before sampling again (`Sequence.needs_host_history`) is read before the next one is scheduled. Without
 overlap every step is read right after its launch.
+
+A step that samples a constrained sequence is launched in two parts: its forward pass first; then, while the
+device runs it, the host reads and streams the step before it (each constrained matcher accepts its tokens there),
+fills the new step's masks (`ModelRunner.fill_masks`) and only then queues its sampling, which alone waits for them.
+The forward passes and the other rows keep their overlap; a step without a constrained row queues its sampling
+with its forward pass.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ class StepPipeline:
         return self._in_flight is not None
 
     def step(self) -> None:
-        """Schedules and launches the next step, then reads and streams the one launched before it."""
+        """Schedules and launches the next step, then reads and streams the one launched before it (then fills the
+        new step's masks and queues its sampling, if it waited for them)."""
         previous, self._in_flight = self._in_flight, None
         if previous is not None and any(chunk.sequence.needs_host_history for chunk in previous.step.chunks):
             self._complete(previous)
@@ -66,6 +73,8 @@ class StepPipeline:
         launched = self._schedule_and_launch(previous)
         if previous is not None:
             self._complete(previous)
+        if launched is not None and launched.launched.awaits_sampling and not self._sample_with_masks(launched):
+            launched = None
         if launched is not None and not self.overlap_steps:
             self._complete(launched)
         elif launched is not None:
@@ -105,6 +114,17 @@ class StepPipeline:
                 sequence.num_in_flight_tokens += 1
             self._index_known_blocks(sequence)
         return _InFlightStep(step, launched, started_s)
+
+    def _sample_with_masks(self, in_flight: _InFlightStep) -> bool:
+        """Fills a launched step's masks (every earlier token of its sequences has been read) and queues its
+        sampling; False when that failed the step."""
+        try:
+            self.runner.fill_masks(in_flight.launched)
+            self.runner.queue_sampling(in_flight.launched)
+        except Exception as error:
+            self._fail(in_flight.step, error)
+            return False
+        return True
 
     def _index_known_blocks(self, sequence: Sequence) -> None:
         """Offers the prefix cache the blocks that launched steps fill and whose token ids the host holds (a

@@ -1,8 +1,8 @@
 """One sequence's grammar state: an xgrammar `GrammarMatcher` that has accepted a prefix of its output tokens.
 
-`advance` accepts the outputs the matcher has not seen yet, including a token still in flight (sampled by the
-step the host has not read: the model runner takes it from that step, so the next mask can be filled while the
-device runs). Accepting is idempotent per token, so the model runner and the output processor may both call it.
+`advance` accepts the outputs the matcher has not seen yet: the output processor calls it for each token the host
+reads, and the model runner once more before it fills a mask (a no-op then). A mask is filled only once every earlier
+token of its sequence has been read (`ModelRunner.fill_masks`), so no token in flight ever reaches a matcher.
 Preemption by recompute keeps every sampled token (`Sequence`), so the matcher keeps its state: nothing to roll
 back. A matcher terminates when it accepts a stop token (the model's EOS, which the mask allows only where the
 grammar may end, and forces where it must); the output processor then ends the sequence.
@@ -35,13 +35,9 @@ class SequenceGrammar:
         """Whether the next token has a mask: a terminated or broken matcher's sequence ends at its last token."""
         return self.rejected_token is None and not self.matcher.is_terminated()
 
-    def advance(self, token_ids: Sequence[int], num_prompt_tokens: int, in_flight: int | None = None) -> None:
-        """Accepts the output tokens of `token_ids` (prompt first) and `in_flight` after those already accepted."""
-        start = num_prompt_tokens + self.num_accepted
-        pending = list(token_ids[start:])
-        if in_flight is not None:
-            pending.append(in_flight)
-        for token_id in pending:
+    def advance(self, token_ids: Sequence[int], num_prompt_tokens: int) -> None:
+        """Accepts the output tokens of `token_ids` (prompt first) after those already accepted."""
+        for token_id in token_ids[num_prompt_tokens + self.num_accepted:]:
             if not self.can_fill:
                 return
             if not self.matcher.accept_token(token_id):

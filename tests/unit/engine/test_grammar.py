@@ -1,6 +1,6 @@
 """The grammar package on the CPU with the real SmolLM2 tokenizer: our TokenizerInfo equals xgrammar's own reading
 of the HF tokenizer, our masks equal xgrammar's direct fill (one by one and batched), compiled grammars come back
-from memory and from disk, the compile time limit fails with RESOURCE_EXHAUSTED, and matchers accept an in-flight
+from memory and from disk, the compile time limit fails with RESOURCE_EXHAUSTED, and matchers accept each
 token once."""
 
 from __future__ import annotations
@@ -106,13 +106,13 @@ def test_a_finished_grammar_is_an_ending_row_while_min_output_bans_eos(vocabular
     assert grammar.is_terminated and not grammar.can_fill
 
 
-def test_an_in_flight_token_is_accepted_once(vocabulary, tokenizer) -> None:
+def test_a_token_is_accepted_once(vocabulary, tokenizer) -> None:
     compiler = compiler_over(vocabulary, None)
     grammar = compiler.matcher(compiler.compile(SCHEMA).result())
     prompt = [7, 8, 9]
     document = tokenizer.encode(DOCUMENT)
-    grammar.advance(prompt + document[:3], len(prompt), in_flight=document[3])  # the model runner, mid-step
-    grammar.advance(prompt + document[:4], len(prompt))  # the output processor, once the host read it
+    grammar.advance(prompt + document[:4], len(prompt))  # the output processor, as the host reads each token
+    grammar.advance(prompt + document[:4], len(prompt))  # the model runner before it fills the next mask
     assert grammar.num_accepted == 4 and grammar.rejected_token is None
     grammar.advance(prompt + document + [EOS], len(prompt))
     assert grammar.is_terminated
