@@ -100,11 +100,13 @@ class Setting:
 
     def engine_config(self, model: str, device: str) -> EngineConfig:
         """fp32 weights (or the CPU weight mode's) on `device` (its default attention backend: torch on cpu,
-        triton on cuda)."""
+        triton on cuda). Prompts are scored under `--kv-prefill-exact window`, so each query reads exactly what a
+        decode step at its position would (the default `chunk` would read whole chunks exactly and flatter TKV)."""
         window = {} if self.kv_exact_blocks is None else {"kv_exact_blocks": self.kv_exact_blocks}
         return EngineConfig(model=model, device=device, dtype="float32", kv_cache_dtype=self.kv_cache_dtype,
                             kv_bits=self.kv_bits, kv_calibration=self.kv_calibration, enable_prefix_cache=False,
-                            kv_cache_memory_mib=256, cpu_weights=self.cpu_weights, **window)
+                            kv_cache_memory_mib=256, cpu_weights=self.cpu_weights, kv_prefill_exact="window",
+                            **window)
 
 
 def run_request(engine: Engine, request: GenerationRequest) -> list[RequestOutput]:
