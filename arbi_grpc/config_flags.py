@@ -52,6 +52,7 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
     for field in dataclasses.fields(config_class):
         kind = _field_type(config_class, field)
         help_text = f"{field.metadata.get('help', '')} (default {field.default!r}; env {env_name(field.name)})"
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %: a literal "0.5%" broke --help
         if kind is bool:
             group.add_argument(flag_name(field.name), dest=field.name, default=None,
                                action=argparse.BooleanOptionalAction, help=help_text)

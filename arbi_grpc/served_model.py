@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,10 +20,7 @@ from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.embeddings.decoder_embedder import DecoderEmbedder, DecoderEmbeddingModel, decoder_pooling
 from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.engine import Engine
-from arbi_grpc.engine.grammar.compile_cache import CompileCache
-from arbi_grpc.engine.grammar.compiler import ConstraintCompiler
-from arbi_grpc.engine.grammar.token_masks import TokenMaskBuilder
-from arbi_grpc.engine.grammar.vocabulary import build_vocabulary
+from arbi_grpc.engine.grammars_on_demand import GrammarsOnDemand, TokenMasksOnDemand
 from arbi_grpc.engine.input_processor import InputProcessor
 from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
@@ -50,6 +48,9 @@ from arbi_grpc.parallel.launch import WorkerRanks
 from arbi_grpc.parallel.shard_plan import per_rank_model_config
 from arbi_grpc.parallel.threads import set_rank_threads
 from arbi_grpc.text.tokenizer import TextTokenizer
+
+if TYPE_CHECKING:
+    from arbi_grpc.engine.grammar.compiler import ConstraintCompiler
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
             ranks.close()
         raise
     metrics = ModelMetrics()
-    grammars = build_constraint_compiler(tokenizer, model_config, config, metrics)
+    grammars = GrammarsOnDemand(lambda: build_constraint_compiler(tokenizer, model_config, config, metrics))
     engine = assemble_engine(runner, model_config, tokenizer, config, max_model_len, EngineMetricsObserver(metrics),
                              grammars)
     if ranks is not None:
@@ -216,7 +217,12 @@ def eos_ids_of(tokenizer: TextTokenizer, model_config: ModelConfig) -> frozenset
 def build_constraint_compiler(tokenizer: TextTokenizer, model_config: ModelConfig, config: EngineConfig,
                               metrics: ModelMetrics | None = None) -> ConstraintCompiler:
     """The model's grammar compiler: its vocabulary as wide as the logits, stopping on EOS, its compiled grammars
-    cached under the model cache root (`<root>/grammars/<vocabulary fingerprint>/`)."""
+    cached under the model cache root (`<root>/grammars/<vocabulary fingerprint>/`). Imports xgrammar: a served
+    model builds it on its first output constraint (`GrammarsOnDemand`)."""
+    from arbi_grpc.engine.grammar.compile_cache import CompileCache
+    from arbi_grpc.engine.grammar.compiler import ConstraintCompiler
+    from arbi_grpc.engine.grammar.vocabulary import build_vocabulary
+
     vocabulary = build_vocabulary(tokenizer, model_config.vocab_size, eos_ids_of(tokenizer, model_config))
     cache = CompileCache(vocabulary.info, default_cache_root() / "grammars" / vocabulary.fingerprint)
     if metrics is None:
@@ -233,13 +239,13 @@ def assemble_engine(
     config: EngineConfig,
     max_model_len: int,
     observer: EngineObserver | None = None,
-    grammars: ConstraintCompiler | None = None,
+    grammars: GrammarsOnDemand | ConstraintCompiler | None = None,
 ) -> Engine:
     """Wires scheduler and output processing around a model runner (and output constraints, given a grammar
-    compiler); the engine thread is not started."""
+    compiler, or one built on first use); the engine thread is not started."""
     eos_token_ids = eos_ids_of(tokenizer, model_config)
     if grammars is not None:
-        runner.token_masks = TokenMaskBuilder(grammars.vocabulary.vocab_size, grammars.vocabulary.stop_token_ids)
+        runner.token_masks = TokenMasksOnDemand(grammars)
     return Engine(
         scheduler=Scheduler(
             BlockManager(runner.kv_cache.num_blocks, config.block_size,

@@ -26,6 +26,7 @@ from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
 from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.engine.sampler import Sampler, SamplingState, prompt_logprobs
 from arbi_grpc.engine.sampling_params import MAX_LOGPROBS_COUNT, SamplingParams, StoppingParams
+from arbi_grpc.memory.heap_release import release_free_heap
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.decoder import CausalLM
 
@@ -47,6 +48,13 @@ class LiveTensorPeak(TorchDispatchMode):
         self._live: dict[int, int] = {}  # storage address -> bytes
         self.live_bytes = 0
         self.peak_bytes = 0
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing under this mode is compiled. Left True, torch wraps `__torch_dispatch__` in
+        # `torch._disable_dynamo`, whose first call imports torch._dynamo (with sympy and triton: ~140 MiB resident
+        # for the server's life).
+        return False
 
     def _released(self, address: int) -> None:
         self.live_bytes -= self._live.pop(address, 0)
@@ -88,6 +96,8 @@ def measure_activation_peak(model: CausalLM, kv_cache: KVStorage, step: ProfileS
     written = slice(0, max(_blocks_of(step, kv_cache.block_size))) if plain_cpu_pool else slice(None)
     for tensor in (*kv_cache.key_caches, *kv_cache.value_caches):
         tensor[written].zero_()
+    if device.type == "cpu":
+        release_free_heap()  # the step's activations, freed, would otherwise stay resident in malloc's arenas
     return peak
 
 

@@ -168,13 +168,22 @@ class DecoderLayer(nn.Module):
         return self.mlp(normed), residual
 
 
+def _embedding(rows: int, width: int) -> nn.Embedding:
+    """nn.Embedding [rows, width]; on the meta device (`CausalLM.from_weights`) without its random init, which
+    the weights replace anyway and whose meta kernel imports torch._dynamo (with sympy and triton: ~140 MiB
+    resident in every server process)."""
+    if torch.empty(0).is_meta:
+        return nn.Embedding(rows, width, _weight=torch.empty(rows, width))
+    return nn.Embedding(rows, width)
+
+
 class DecoderStack(nn.Module):
     """Token embedding, the layers and the final norm (the `model.` prefix of HF checkpoints)."""
 
     def __init__(self, config: ModelConfig, backend: AttentionBackend, ops: DecoderOps,
                  tensor_parallel: TensorParallelGroup = SINGLE_RANK) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(tensor_parallel.split(config.vocab_size), config.hidden_size)
+        self.embed_tokens = _embedding(tensor_parallel.split(config.vocab_size), config.hidden_size)
         self.layers = nn.ModuleList(
             DecoderLayer(config, index, backend, ops, tensor_parallel) for index in range(config.num_layers)
         )

@@ -118,3 +118,11 @@ def test_int8_cpu_weights_run_on_one_cpu_rank_only() -> None:
         EngineConfig(tensor_parallel_size=2, cpu_weights="int8")
     with pytest.raises(InvalidArgumentError, match=r"cpu_weights: must be 'float', 'int4' or 'int8', got 'int2'"):
         EngineConfig(cpu_weights="int2")
+
+
+def test_help_shows_every_flag_with_its_text() -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, EngineConfig)
+    text = "".join(parser.format_help().split())  # help texts with a literal % once broke formatting
+    for field in dataclasses.fields(EngineConfig):
+        assert "".join(field.metadata["help"].split()) in text, field.name  # wrapped anywhere, hyphens too
