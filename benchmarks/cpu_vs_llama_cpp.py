@@ -4,8 +4,9 @@ SmolLM2-135M-Instruct.Q4_1.gguf), measured in one run on one machine.
 Both get the same 20 short chat prompts, `--tokens` greedy tokens each (ignore_eos), streamed over their
 OpenAI route /v1/chat/completions (arbi-serve through its gateway, defaults but `--cpu-weights int4`), at each
 `--concurrency`;
-reported: output tok/s, TTFT p50, the servers' resident memory (RSS, the gateway's apart) and the ratios
-arbi-serve / llama-server. Prints a table and writes JSON to --out:
+reported: output tok/s, TTFT p50, the servers' resident memory (RSS after the runs: arbi-serve's server and its
+gateway, both needed to answer the OpenAI route that llama-server answers alone) and the ratios arbi-serve /
+llama-server, the memory's over arbi-serve's two processes together. Prints a table and writes JSON to --out:
 
     python -m benchmarks.cpu_vs_llama_cpp --out bench-results/cpu_vs_llama_cpp.json
 
@@ -184,7 +185,7 @@ def print_table(results: list[dict[str, Any]], concurrency: list[int]) -> None:
     arbi, llama = results[0], results[1]
     ratios = [f"{arbi[f'c{c}']['tok_s'] / llama[f'c{c}']['tok_s']:.2f}x" for c in concurrency]
     ttft = arbi[f"c{concurrency[0]}"]["ttft_p50_ms"] / llama[f"c{concurrency[0]}"]["ttft_p50_ms"]
-    rss = arbi["rss_mib"][0] / llama["rss_mib"][0]
+    rss = sum(arbi["rss_mib"]) / sum(llama["rss_mib"])
     print("| arbi / llama | " + " | ".join(ratios) + f" | {ttft:.2f}x | {rss:.2f}x |")
 
 
