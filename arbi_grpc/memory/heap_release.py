@@ -26,6 +26,6 @@ def _malloc_trim():  # -> the C function, or None without glibc
 
 
 def release_free_heap() -> bool:
-    """Returns the heap's free pages to the system; True when glibc was asked (and released any)."""
+    """Returns the heap's free pages to the system; True when glibc released some."""
     trim = _malloc_trim()
     return bool(trim is not None and trim(0))
