@@ -304,11 +304,16 @@ class ConverseSession:
         self._commit(samples, self._buffer.end, None, "manual")
 
     def _commit_unfinished_speech(self) -> None:
-        """At the end of the client's stream, speech still going on is taken as the last turn."""
+        """At the end of the client's stream, speech still going on is taken as the last turn; in a pause,
+        its speculative answer is the turn's (only silence follows the audio it recognized)."""
+        speculation, self._speculation = self._speculation, None
         if self._item_id and self._turns.in_speech:
             end = self._buffer.end
             if samples_to_ms(end - self._turn_start) >= MIN_SPEECH_MS:
-                self._commit(self._buffer.between(self._turn_start, end), end, None, "end_of_stream")
+                self._commit(self._buffer.between(self._turn_start, end), end, speculation, "end_of_stream")
+                return
+        if speculation is not None:
+            self._discard(speculation, "dropped")
 
     def _commit(self, samples: np.ndarray, end: int, speculation: _Speculation | None, detection: str) -> None:
         item_id = self._item_id or uuid.uuid4().hex

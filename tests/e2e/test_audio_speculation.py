@@ -1,7 +1,7 @@
 """Speculative replies on the real server with SmolLM2: at a pause of the user's speech the reply starts
 held; when the pause ends the turn, the client sees the turn's events and then the reply's, in order; when
 the user speaks again first, the held reply is discarded, its engine request freed at once, and the whole
-turn is answered."""
+turn is answered; a stream closed in a pause answers the paused turn."""
 
 from __future__ import annotations
 
@@ -81,3 +81,19 @@ def test_speech_resumed_after_a_pause_discards_the_held_reply(audio_stub, served
     (reply,) = replies_of(events)
     assert reply.done.status == audio_pb.RESPONSE_STATUS_COMPLETED and reply.text
     wait_for_idle_pool(engine)
+
+
+def test_closing_the_stream_in_a_pause_answers_the_paused_turn(audio_stub, served_smollm2) -> None:
+    """The client closes its side 200 ms into a pause (answered speculatively, not yet a turn): the speech
+    is the last turn, answered once, and no speculative request is left behind."""
+    turns_before = metric(served_smollm2, "arbi_audio_turns_total", {"detection": "end_of_stream"})
+    live = LiveAudio(long_hangover(), realtime=False)
+    live.say(silence(300) + spoken(QUESTION) + silence(200))
+    live.close()
+    events = list(audio_stub.Converse(iter(live), timeout=240))
+    assert metric(served_smollm2, "arbi_audio_turns_total", {"detection": "end_of_stream"}) == turns_before + 1
+    final = [t for t in of_kind(events, "input_transcript") if t.is_final]
+    assert len(final) == 1 and {"capital", "france"} <= set(words(final[0].text))
+    (reply,) = replies_of(events)
+    assert reply.done.status == audio_pb.RESPONSE_STATUS_COMPLETED and "Paris" in reply.text
+    wait_for_idle_pool(served_smollm2.served.engine)
