@@ -152,11 +152,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--utterances", type=int, default=20)
     parser.add_argument("--barge-ins", type=int, default=3)
+    parser.add_argument("--cpu-weights", default="float", choices=("float", "int4", "int8"),
+                        help="the engine's CPU weights (EngineConfig.cpu_weights)")
     parser.add_argument("--out", type=Path, default=Path("bench-results/voice_latency.json"))
     args = parser.parse_args()
     load_before = os.getloadavg()
     model = resolve_model(DEFAULT_MODEL)
-    served = build_served_model(EngineConfig(model=str(model.directory), kv_cache_memory_mib=256))
+    served = build_served_model(EngineConfig(model=str(model.directory), kv_cache_memory_mib=256,
+                                                cpu_weights=args.cpu_weights))
     server = GrpcServer(served, config=ServerConfig(port=0, audio_preload=True)).start()
     channel = grpc.insecure_channel(server.target)
     stub = pb_grpc.AudioServiceStub(channel)
@@ -164,6 +167,9 @@ def main() -> int:
         one_utterance(stub, "Hello there.")  # warm-up: first recognition and synthesis
         runs = [one_utterance(stub, QUESTIONS[i % len(QUESTIONS)]) for i in range(args.utterances)]
         barge_ins = [one_barge_in(stub) for _ in range(args.barge_ins)]
+        speculative = {outcome: server.metrics.registry.get_sample_value(
+            "arbi_audio_speculative_replies_total", {"outcome": outcome}) or 0.0
+            for outcome in ("kept", "resumed", "dropped")}
     finally:
         channel.close()
         server.stop()
@@ -172,12 +178,15 @@ def main() -> int:
                     "p95_ms": 1000 * _percentile([run[part] for run in runs], 0.95)} for part in PARTS}
     barge = {part: {"p50_ms": 1000 * statistics.median([run[part] for run in barge_ins]),
                     "max_ms": 1000 * max(run[part] for run in barge_ins)} for part in barge_ins[0]}
-    print(f"voice-to-voice over {len(runs)} utterances (SmolLM2-135M, CPU, {platform.processor() or 'cpu'})")
+    print(f"voice-to-voice over {len(runs)} utterances (SmolLM2-135M, {args.cpu_weights} weights, CPU, "
+          f"{platform.processor() or 'cpu'})")
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}, on {os.cpu_count()} cores")
     print(f"{'part':<24}{'p50 ms':>10}{'p95 ms':>10}")
     for part, figures in table.items():
         print(f"{part:<24}{figures['p50_ms']:>10.0f}{figures['p95_ms']:>10.0f}")
     print(f"first piece: median {statistics.median(run['first_piece_chars'] for run in runs):.0f} characters")
+    print("speculative replies (warm-up and barge-in runs included): "
+          + ", ".join(f"{outcome} {count:.0f}" for outcome, count in speculative.items()))
     print(f"barge-in over {len(barge_ins)} runs")
     print(f"{'part':<24}{'p50 ms':>10}{'max ms':>10}")
     for part, figures in barge.items():
@@ -185,8 +194,9 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "date": date.today().isoformat(), "machine": platform.platform(), "utterances": len(runs),
+        "cpu_weights": args.cpu_weights,
         "cpu_count": os.cpu_count(), "load_average_before": load_before, "load_average_after": load_after,
-        "parts": table, "barge_in": barge, "runs": runs, "barge_in_runs": barge_ins,
+        "parts": table, "barge_in": barge, "speculative_replies": speculative, "runs": runs, "barge_in_runs": barge_ins,
     }, indent=2))
     print(f"results: {args.out}")
     return 0

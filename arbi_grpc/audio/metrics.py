@@ -1,6 +1,6 @@
 """The audio pipeline's Prometheus metrics, registered in the server's process registry.
 
-Turns and interruptions are counted; the loaded models' host memory is a gauge; the voice-to-voice latency (end of the user's speech, as the turn
+Turns, interruptions and speculative replies (by outcome) are counted; the loaded models' host memory is a gauge; the voice-to-voice latency (end of the user's speech, as the turn
 detector saw it, to the first reply audio sent) and the recognition and synthesis time are histograms.
 """
 
@@ -26,6 +26,12 @@ class AudioMetrics:
         )
         self.interruptions = Counter(
             "arbi_audio_interruptions", "Replies interrupted by user speech (barge-in)", registry=registry,
+        )
+        self.speculative_replies = Counter(
+            "arbi_audio_speculative_replies",
+            "Replies started at a pause of the user's speech, before the end of the turn: kept (the pause "
+            "ended the turn), resumed (the user spoke again: discarded) or dropped (another client message, or speech too short for a turn)",
+            ["outcome"], registry=registry,
         )
         self.voice_to_reply = Histogram(
             "arbi_audio_voice_to_reply_seconds",

@@ -20,8 +20,9 @@ _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:]\s")
 _WORD_END = re.compile(r"\S\s")
 _ABBREVIATIONS = ("mr.", "mrs.", "ms.", "dr.", "st.", "vs.", "e.g.", "i.e.", "etc.")
-# Measured with benchmarks/voice_latency.py (docs/audio.md): four words are about 1.2 s of speech.
-FIRST_PIECE_WORDS = 4
+# Measured with benchmarks/voice_latency.py (docs/audio.md): three words are about 0.9 s of speech, and
+# with the reply started at the pause (speculative replies) they paused playback no more than four did.
+FIRST_PIECE_WORDS = 3
 LIMIT_PER_WORD_CUT = 0.75  # a later piece's word limit per word already cut
 _NO_CUT_AFTER = frozenset(("a", "an", "the", "this", "these", "those", "my", "your", "his", "its", "our",
                            "their", "of", "to", "in", "on", "at", "by", "for", "with", "from", "as", "and", "or",

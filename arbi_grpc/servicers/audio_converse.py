@@ -4,8 +4,13 @@ by a ReplyTurn, with barge-in, client controls and recoverable errors as events.
 The reader handles client messages in order on the event loop (the VAD runs inline, about 0.3 ms a
 frame); recognition and synthesis run on the shared workers of `AudioModels`. Turns are answered in
 order: each turn's task waits for the previous one. While the user speaks, partial transcripts are made
-when the recognizer is idle; when the speech pauses, the final recognition starts speculatively and is
-kept if the pause becomes the end of the turn.
+when the recognizer is idle. When the speech pauses, the turn is answered speculatively: the final
+recognition starts (or is the partial one in progress, when that reaches past the end of the speech),
+and once it is done (and no earlier turn is still being answered) so does the reply,
+held (`ReplyTurn`'s `held`): it generates and synthesizes but emits nothing. If the pause becomes the end
+of the turn, the client gets speech_stopped, input_committed and the final transcript as without
+speculation, then the held reply's events; if the user speaks again first, the held reply is discarded
+(its engine request cancelled at once) and the turn goes on.
 """
 
 from __future__ import annotations
@@ -55,6 +60,29 @@ _CLOSED = object()
 
 
 @dataclass(frozen=True)
+class _Partial:
+    """A partial recognition of the turn `item_id`'s audio up to `end` (a sample of the input timeline)."""
+
+    item_id: str
+    end: int
+    recognition: asyncio.Task[str]
+
+
+@dataclass
+class _Speculation:
+    """The answer to a paused turn, begun before the pause is known to end it: the final recognition of the
+    audio up to `end` (a sample of the input timeline), then the held reply, if one could start."""
+
+    end: int
+    recognition: asyncio.Task[str]
+    reply: ReplyTurn | None = None
+
+    def discard(self) -> None:
+        if self.reply is not None:
+            self.reply.discard()
+
+
+@dataclass(frozen=True)
 class _Failed:
     """The session cannot go on (a fault of the server, not of the client's input)."""
 
@@ -78,8 +106,8 @@ class ConverseSession:
         self._turns = TurnDetector(settings.vad or VadSettings())
         self._item_id = ""  # the user turn being spoken
         self._turn_start = 0  # its first sample (prefix padding included)
-        self._speculation: tuple[int, asyncio.Task[str]] | None = None
-        self._partial: asyncio.Task | None = None
+        self._speculation: _Speculation | None = None
+        self._partial: _Partial | None = None
         self._last_partial_end = 0
         self._reply: ReplyTurn | None = None
         self._last_turn: asyncio.Task | None = None
@@ -100,6 +128,7 @@ class ConverseSession:
                 yield event
         finally:
             reader.cancel()
+            self._drop_speculation()
             if self._reply is not None:
                 self._reply.stop(audio_pb.RESPONSE_STATUS_CANCELLED)
             if self._last_turn is not None:
@@ -124,6 +153,8 @@ class ConverseSession:
 
     def _handle(self, message: pb.ConverseRequest) -> None:
         event = message.WhichOneof("event")
+        if event not in ("audio", "playback"):
+            self._drop_speculation()  # any other message may change what the held reply would answer
         if event == "audio":
             self._on_audio(message.audio)
         elif event == "text":
@@ -178,7 +209,7 @@ class ConverseSession:
         for frame in frames:
             for event in self._turns.push(self._vad.speech_probability(frame)):
                 self._on_turn_event(event, vad)
-        if self._turns.in_speech:
+        if self._turns.in_speech and self._speculation is None:  # no partials while a pause is answered
             self._maybe_partial()
         elif not self._item_id:
             self._buffer.trim_to(vad.prefix_padding_ms)
@@ -194,35 +225,75 @@ class ConverseSession:
                 self._metrics.interruptions.inc()
                 self._reply.stop(audio_pb.RESPONSE_STATUS_INTERRUPTED, event.confirmed_ms)
         elif isinstance(event, SpeechPaused):
-            end = ms_to_samples(event.speech_end_ms + TURN_TAIL_MS)
-            task = asyncio.create_task(self._recognize(self._buffer.between(self._turn_start, end)))
-            self._speculation = (end, task)
+            self._drop_speculation()
+            self._speculate(ms_to_samples(event.speech_end_ms + TURN_TAIL_MS))
         elif isinstance(event, SpeechResumed):
-            self._speculation = None
+            self._drop_speculation("resumed")
         elif isinstance(event, SpeechEnded):
             self.emit(pb.ConverseResponse(speech_stopped=pb.SpeechStopped(
                 item_id=self._item_id, audio_end_ms=event.speech_end_ms)))
             end = ms_to_samples(event.speech_end_ms + TURN_TAIL_MS)
             speculation, self._speculation = self._speculation, None
+            if speculation is not None and (not event.is_turn or speculation.end != end):
+                self._discard(speculation, "dropped")
+                speculation = None
             if event.is_turn:
-                recognition = speculation[1] if speculation is not None and speculation[0] == end else None
-                self._commit(self._buffer.between(self._turn_start, end), end, recognition, "server_vad")
+                self._commit(self._buffer.between(self._turn_start, end), end, speculation, "server_vad")
             self._item_id = ""
+
+    def _speculate(self, end: int) -> None:
+        """Recognizes the turn up to `end` and, when that gives text, starts its reply held. A partial
+        recognition of this turn that reaches past `end` (into the silence) is the final one."""
+        item_id, settings, partial = self._item_id, self._settings, self._partial
+        if partial is not None and partial.item_id == item_id and partial.end >= end:
+            recognition = partial.recognition
+        else:
+            recognition = asyncio.create_task(self._recognize(self._buffer.between(self._turn_start, end)))
+        speculation = self._speculation = _Speculation(end, recognition)
+
+        def reply_when_recognized(task: asyncio.Task[str]) -> None:
+            if self._speculation is not speculation or task.cancelled() or task.exception() or not task.result():
+                return
+            if settings.vad is None or not settings.vad.create_response:
+                return
+            if self._last_turn is not None and not self._last_turn.done():
+                return  # an earlier turn's reply will change the history first
+            messages = [*self._conversation.messages(), {"role": "user", "content": task.result()}]
+            speculation.reply = self._new_reply(item_id, settings, messages, None, held=True)
+            speculation.reply.start()
+
+        recognition.add_done_callback(reply_when_recognized)
+
+    def _drop_speculation(self, outcome: str = "dropped") -> None:
+        speculation, self._speculation = self._speculation, None
+        if speculation is not None:
+            self._discard(speculation, outcome)
+
+    def _discard(self, speculation: _Speculation, outcome: str) -> None:
+        if speculation.reply is not None:
+            self._metrics.speculative_replies.labels(outcome).inc()
+        speculation.discard()
 
     def _maybe_partial(self) -> None:
         """A partial transcript of the turn so far, when the recognizer is idle."""
         if self._buffer.end - self._last_partial_end < ms_to_samples(PARTIAL_EVERY_MS):
             return
-        if self._audio.recognition_busy or (self._partial is not None and not self._partial.done()):
+        if self._audio.recognition_busy or (self._partial is not None and not self._partial.recognition.done()):
             return
-        self._last_partial_end = self._buffer.end
-        self._partial = asyncio.create_task(self._send_partial(self._item_id, self._buffer.between(
-            self._turn_start, self._buffer.end)))
+        self._last_partial_end = end = self._buffer.end
+        recognition = asyncio.create_task(self._recognize(self._buffer.between(self._turn_start, end)))
+        self._partial = _Partial(self._item_id, end, recognition)
+        recognition.add_done_callback(lambda task, item_id=self._item_id: self._send_partial(item_id, task))
 
-    async def _send_partial(self, item_id: str, samples: np.ndarray) -> None:
-        text = await self._recognize(samples)
-        if text and item_id == self._item_id:
-            self.emit(pb.ConverseResponse(input_transcript=pb.InputTranscript(item_id=item_id, text=text)))
+    def _send_partial(self, item_id: str, recognition: asyncio.Task[str]) -> None:
+        if recognition.cancelled():
+            return
+        if (error := recognition.exception()) is not None:
+            log.warning("partial recognition failed in session %s: %s", self.session_id, error)
+            return
+        if recognition.result() and item_id == self._item_id:
+            self.emit(pb.ConverseResponse(input_transcript=pb.InputTranscript(
+                item_id=item_id, text=recognition.result())))
 
     def _commit_input(self) -> None:
         start = self._turn_start if self._item_id else 0
@@ -233,23 +304,28 @@ class ConverseSession:
         self._commit(samples, self._buffer.end, None, "manual")
 
     def _commit_unfinished_speech(self) -> None:
-        """At the end of the client's stream, speech still going on is taken as the last turn."""
+        """At the end of the client's stream, speech still going on is taken as the last turn; in a pause,
+        its speculative answer is the turn's (only silence follows the audio it recognized)."""
+        speculation, self._speculation = self._speculation, None
         if self._item_id and self._turns.in_speech:
             end = self._buffer.end
             if samples_to_ms(end - self._turn_start) >= MIN_SPEECH_MS:
-                self._commit(self._buffer.between(self._turn_start, end), end, None, "end_of_stream")
+                self._commit(self._buffer.between(self._turn_start, end), end, speculation, "end_of_stream")
+                return
+        if speculation is not None:
+            self._discard(speculation, "dropped")
 
-    def _commit(self, samples: np.ndarray, end: int, recognition: asyncio.Task[str] | None,
-                detection: str) -> None:
+    def _commit(self, samples: np.ndarray, end: int, speculation: _Speculation | None, detection: str) -> None:
         item_id = self._item_id or uuid.uuid4().hex
         self._item_id = ""
         self._buffer.drop_before(end)
         self._metrics.turns.labels(detection).inc()
         self.emit(pb.ConverseResponse(input_committed=pb.InputCommitted(
             item_id=item_id, audio_duration_ms=samples_to_ms(len(samples)))))
-        recognition = recognition or asyncio.create_task(self._recognize(samples))
+        if speculation is None:
+            speculation = _Speculation(end, asyncio.create_task(self._recognize(samples)))
         speech_end_s = time.monotonic()
-        self._chain(lambda: self._answer_turn(item_id, recognition, speech_end_s))
+        self._chain(lambda: self._answer_turn(item_id, speculation, speech_end_s))
 
     # -- answering -----------------------------------------------------------------------------------
 
@@ -264,27 +340,35 @@ class ConverseSession:
 
         self._last_turn = asyncio.create_task(after_previous())
 
-    async def _answer_turn(self, item_id: str, recognition: asyncio.Task[str], speech_end_s: float) -> None:
-        text = await recognition
+    async def _answer_turn(self, item_id: str, speculation: _Speculation, speech_end_s: float) -> None:
+        text = await speculation.recognition
         self.emit(pb.ConverseResponse(input_transcript=pb.InputTranscript(
             item_id=item_id, text=text, is_final=True)))
         self._conversation.add("user", text)
         vad = self._settings.vad
-        if text and vad is not None and vad.create_response:
+        if speculation.reply is not None:
+            self._metrics.speculative_replies.labels("kept").inc()
+            self._reply = speculation.reply
+            self._reply.release(speech_end_s)
+            await self._reply.finished.wait()
+        elif text and vad is not None and vad.create_response:
             await self._respond(item_id, speech_end_s)
 
     async def _respond(self, item_id: str, speech_end_s: float | None) -> None:
-        settings = self._settings
-        reply = ReplyTurn(
+        self._reply = self._new_reply(item_id, self._settings, None, speech_end_s)
+        self._reply.start()
+        await self._reply.finished.wait()
+
+    def _new_reply(self, item_id: str, settings: SessionSettings, messages: list[dict[str, str]] | None,
+                   speech_end_s: float | None, held: bool = False) -> ReplyTurn:
+        """A reply to `messages`, or to the history as it is when the reply starts."""
+        return ReplyTurn(
             uuid.uuid4().hex, item_id, settings.output_rate_hz, self._conversation,
-            lambda: self._replies.start(settings.model, self._conversation.messages(), settings.sampling,
-                                        settings.stopping, self._tenant),
+            lambda: self._replies.start(settings.model, messages or self._conversation.messages(),
+                                        settings.sampling, settings.stopping, self._tenant),
             self._models.voices[settings.voice], self._audio, self._metrics, self.emit, speech_end_s,
-            lambda: not self._client_done,
+            lambda: not self._client_done, held,
         )
-        self._reply = reply
-        reply.start()
-        await reply.finished.wait()
 
     async def _recognize(self, samples: np.ndarray) -> str:
         started = time.monotonic()

@@ -6,6 +6,11 @@ piece is ready. The reply stays in progress until the client has played its audi
 else the real-time estimate), so user speech until then interrupts it. `stop` ends it at once from the
 event loop: the engine request is cancelled, synthesis results are dropped, and the assistant's turn in
 the history keeps only what was played.
+
+A reply started `held` (a speculative reply, begun before its user turn is certain to have ended)
+generates and synthesizes as usual but emits nothing: its events wait, in order, until `release`, and its
+audio is sent (and its playback clock starts) only then. `discard` drops a held reply without a trace:
+the engine request is cancelled at once, no event is emitted and the history is left as it was.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+
+import numpy as np
 
 from arbi_client.arbi.v1 import audio_service_pb2 as pb
 from arbi_client.arbi.v1 import audio_types_pb2 as audio_pb
@@ -37,7 +44,7 @@ class ReplyTurn:
     def __init__(self, response_id: str, item_id: str, output_rate_hz: int, conversation: Conversation,
                  open_stream: Callable[[], ReplyStream], synthesizer: SpeechSynthesizer, models: AudioModels,
                  metrics: AudioMetrics, emit: Emit, speech_end_s: float | None,
-                 playback_needed: Callable[[], bool]) -> None:
+                 playback_needed: Callable[[], bool], held: bool = False) -> None:
         self.response_id = response_id
         self.finished = asyncio.Event()
         self._item_id = item_id
@@ -59,11 +66,37 @@ class ReplyTurn:
         self._played_all = asyncio.Event()
         self._all_sent = False
         self._task: asyncio.Task | None = None
+        self._held: list[pb.ConverseResponse] | None = [] if held else None  # events waiting for release
+        self._released = asyncio.Event()
+        if not held:
+            self._released.set()
 
     def start(self) -> None:
-        self._emit(pb.ConverseResponse(response_created=pb.ResponseCreated(
+        self._send(pb.ConverseResponse(response_created=pb.ResponseCreated(
             response_id=self.response_id, item_id=self._item_id)))
         self._task = asyncio.create_task(self._run())
+
+    def release(self, speech_end_s: float | None) -> None:
+        """A held reply goes out: its waiting events now, in order, then the rest as they come."""
+        self._speech_end_s = speech_end_s
+        held, self._held = self._held or [], None
+        for event in held:
+            self._emit(event)
+        self._released.set()
+
+    def discard(self) -> None:
+        """Drops a held reply (its turn went on): the engine request is cancelled, nothing is emitted."""
+        if self._stream is not None:
+            self._stream.cancel()
+        if self._task is not None:
+            self._task.cancel()
+        self._held = []
+
+    def _send(self, event: pb.ConverseResponse) -> None:
+        if self._held is not None:
+            self._held.append(event)
+        else:
+            self._emit(event)
 
     def report_played(self, played_ms: int) -> None:
         self._played_report_ms = max(0, played_ms)
@@ -91,7 +124,7 @@ class ReplyTurn:
             async for delta in self._stream.deltas():
                 if delta.text:
                     self._text += delta.text
-                    self._emit(pb.ConverseResponse(response_text_delta=pb.ResponseTextDelta(
+                    self._send(pb.ConverseResponse(response_text_delta=pb.ResponseTextDelta(
                         response_id=self.response_id, delta=delta.text)))
                     for piece in splitter.push(delta.text):
                         pieces.put_nowait(piece)
@@ -103,6 +136,7 @@ class ReplyTurn:
             self._all_sent = True
             await self._wait_for_playback()
         except ArbiError as error:
+            await self._released.wait()  # the user's turn enters the history before this reply
             self._finish(audio_pb.RESPONSE_STATUS_FAILED, self._text, 0, 0, error)
             return
         finally:
@@ -110,13 +144,27 @@ class ReplyTurn:
         self._finish(audio_pb.RESPONSE_STATUS_COMPLETED, self._text, self._clock.sent_ms, 0)
 
     async def _speak(self, pieces: asyncio.Queue[str | None]) -> None:
-        while (piece := await pieces.get()) is not None:
-            started = time.monotonic()
-            samples = await self._models.synthesize(lambda text=piece: self._synthesizer.synthesize(text))
-            self._metrics.synthesis.observe(time.monotonic() - started)
-            samples = resample(samples, self._synthesizer.sample_rate_hz, self._output_rate_hz)
+        """Synthesizes the pieces one after the other; a second task sends each one's audio once the reply
+        is released, so synthesis goes on while a held reply waits."""
+        voiced: asyncio.Queue[tuple[str, np.ndarray] | None] = asyncio.Queue()
+        sender = asyncio.create_task(self._send_audio(voiced))
+        try:
+            while (piece := await pieces.get()) is not None:
+                started = time.monotonic()
+                samples = await self._models.synthesize(lambda text=piece: self._synthesizer.synthesize(text))
+                self._metrics.synthesis.observe(time.monotonic() - started)
+                voiced.put_nowait((piece, resample(samples, self._synthesizer.sample_rate_hz, self._output_rate_hz)))
+            voiced.put_nowait(None)
+            await sender
+        finally:
+            sender.cancel()
+
+    async def _send_audio(self, voiced: asyncio.Queue[tuple[str, np.ndarray] | None]) -> None:
+        await self._released.wait()
+        chunk_samples = self._output_rate_hz * AUDIO_CHUNK_MS // 1000
+        while (item := await voiced.get()) is not None:
+            piece, samples = item
             piece_start_ms = self._clock.sent_ms
-            chunk_samples = self._output_rate_hz * AUDIO_CHUNK_MS // 1000
             for offset in range(0, len(samples), chunk_samples):
                 chunk = samples[offset:offset + chunk_samples]
                 if self._clock.sent_ms == 0 and self._speech_end_s is not None:

@@ -25,7 +25,7 @@ def test_the_first_piece_ends_after_a_few_words_and_later_limits_follow_the_word
     assert splitter.push(" is") == ["The capital of France"]
     text = "Bees make honey which is a sweet sticky substance that they produce from nectar in their hives every day"
     # limits: 4, then 3/4 of the words cut (at least 4): 4, 6, 10; never after "the", "of", "their", ...
-    assert split_streamed(text) == ["Bees make honey which is", "a sweet sticky substance",
+    assert split_streamed(text, first_piece_words=4) == ["Bees make honey which is", "a sweet sticky substance",
                                     "that they produce from nectar in their hives", "every day"]
     assert split_streamed(text, first_piece_words=2)[:3] == ["Bees make", "honey which is", "a sweet sticky substance"]
 
@@ -40,7 +40,7 @@ def test_the_first_clause_break_ends_the_first_piece_later_short_clauses_do_not(
 
 
 def test_abbreviations_and_initials_end_neither_a_sentence_nor_a_word_limited_piece() -> None:
-    assert split_streamed("Dr. Smith met J. Doe at noon. Then they left.") == [
+    assert split_streamed("Dr. Smith met J. Doe at noon. Then they left.", first_piece_words=4) == [
         "Dr. Smith met J. Doe", "at noon.", "Then they left."]
     assert split_streamed("Dr. Smith met J. Doe at noon.", first_piece_words=100) == [
         "Dr. Smith met J. Doe at noon."]
