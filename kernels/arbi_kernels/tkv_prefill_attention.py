@@ -246,21 +246,11 @@ def _tkv_prefill_kernel(
             tail_vectors = tail_ring_rows(tail_slot, keys, PAGE_SIZE, EXACT_BLOCKS) * num_kv_heads + kv_head
             m_i, l_i, acc = _attend_exact_rows(q, key_tail_ptr, value_tail_ptr, tail_vectors * HEAD_DIM, in_tail,
                                                in_tail[None, :], m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
-        # The chunk's own tokens, from this step's exact buffers, in tiles from prefix_len (aligned with the
-        # program's queries, so the diagonal is one tile): a first tile holding sink positions (a prompt's first
-        # tokens, read above) masked, whole tiles before the program's first query unmasked, the diagonal masked.
+        # The chunk's own tokens, from this step's exact buffers: whole tiles before the program's first query
+        # (visible to every row) unmasked, then up to the diagonal under the causal mask.
         step_start = tl.maximum(exact_start, prefix_len)
-        head_end = tl.minimum(prefix_len + tl.cdiv(step_start - prefix_len, BLOCK_N) * BLOCK_N, causal_end)
-        step_unmasked_end = head_end + tl.maximum(first_query - head_end, 0) // BLOCK_N * BLOCK_N
-        for tile_start in range(prefix_len, head_end, BLOCK_N):
-            keys = tile_start + offsets_n
-            in_step = (keys >= step_start) & (keys < seq_len)
-            visible = in_step[None, :] & (keys[None, :] <= q_positions[:, None])
-            step_rows = (q_begin + keys - prefix_len).to(tl.int64)
-            step_offsets = step_rows * stride_exact_token + kv_head * stride_exact_head
-            m_i, l_i, acc = _attend_exact_rows(q, key_exact_ptr, value_exact_ptr, step_offsets, in_step, visible,
-                                               m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
-        for tile_start in range(head_end, step_unmasked_end, BLOCK_N):
+        step_unmasked_end = step_start + tl.maximum(first_query - step_start, 0) // BLOCK_N * BLOCK_N
+        for tile_start in range(step_start, step_unmasked_end, BLOCK_N):
             keys = tile_start + offsets_n
             step_rows = (q_begin + keys - prefix_len).to(tl.int64)
             step_offsets = step_rows * stride_exact_token + kv_head * stride_exact_head
