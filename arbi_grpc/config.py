@@ -48,9 +48,11 @@ class SchedulingLimits:
     whole, naming each bad field."""
 
     max_running_requests: int = setting(AUTO_RUNNING_REQUESTS_FLOOR, "most sequences in the running batch")
-    max_step_tokens: int = setting(512, "per-step token budget shared by prefill chunks and decodes")
+    max_step_tokens: int = setting(
+        AUTO_STEP_TOKENS["cpu"], "per-step token budget shared by prefill chunks and decodes"
+    )
     max_prefill_chunk_tokens: int = setting(
-        256, "largest prefill chunk of one request per step while others wait (fairness)"
+        AUTO_PREFILL_CHUNK_TOKENS["cpu"], "largest prefill chunk of one request per step while others wait (fairness)"
     )
     max_waiting_requests: int = setting(256, "waiting queue bound; beyond it requests get RESOURCE_EXHAUSTED")
     default_max_output_tokens: int = setting(1024, "output length of requests that set none")
