@@ -4,7 +4,8 @@ can be right there and still fail Triton's sm_90 passes (a TKV prefill variant d
 
 Each wrapper is called on CPU tensors with `JITFunction.run` replaced by a recorder, so the launches compiled are
 exactly the ones the wrapper makes (arguments, constexprs, launch options), specialized as Triton's launcher would.
-Run with TRITON_INTERPRET unset:
+That specialization goes through Triton internals (`create_function_from_signature`, `JITFunction._pack_args`,
+as in Triton 3.6 to 3.9), so a Triton upgrade may need this module to follow. Run with TRITON_INTERPRET unset:
 
     python -m tests.kernels.sm90_compile        # one line per compiled launch; exit 1 on the first failure
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -31,7 +32,7 @@ WIDTHS = ((4, 4), (3, 2))  # the default and the narrowest packed widths the eng
 
 
 @contextmanager
-def recorded_launches() -> list[tuple[JITFunction, tuple, dict]]:
+def recorded_launches() -> Iterator[list[tuple[JITFunction, tuple, dict]]]:
     """While active, a kernel launch records (kernel, args, kwargs) instead of running."""
     launches: list[tuple[JITFunction, tuple, dict]] = []
     original = JITFunction.run
