@@ -155,7 +155,7 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
         shape=(f"{bench.label} n={tiles.block_n} w={tiles.num_warps} s={tiles.num_stages}"
                f"{' prefetch' if tiles.prefetch else ''}{f' r{tiles.max_registers}' if tiles.max_registers else ''}"
                f"{' masked-words' if tiles.mask_words else ''}{' ptx' if tiles.ptx_nibbles else ''}"
-               f"{' transposed' if tiles.transposed_dots else ''}"
+               f"{' transposed' if tiles.transposed_dots else ''}{' folded' if tiles.folded_scales else ''}"
                f"{f' window{tiles.window_blocks}' if tiles.window_blocks > 1 else ''} splits={num_splits or 'auto'}"),
         run=run, check=check, bytes_moved=tokens * tkv_token_bytes(shape),
     )

@@ -10,8 +10,8 @@ us/call" column). A call that cannot be captured (a host sync) falls back to tri
 caches are filled by the TKV write kernel from random model-space K/V with random calibration transforms, over
 the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (block_n, warps, pipeline stages,
 register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32. --decode-only times just
-the K4V4 decode kernel at 32k context (batch 32 and 8) against bf16: the first kernel's predicated word loads
-(mask_words=True) next to the current default, other tiles and split counts, in about a minute.
+the K4V4 decode kernel at 32k context (batch 32, 8 and 1) against bf16: the default next to the kernel before its
+register cap, the folded-scale kernel (tkv_folded_decode.py) and other split counts, in about a minute.
 --prefill-only times bf16 and TKV prefill (both rules of what a chunk reads exact) of 4 x 2,048-token prompts and
 of 512-token chunks after 1,536 cached tokens, at several tile shapes.
 Usage: python -m benchmarks.tkv_kernels [--output bench-results/tkv.json] [--sweep | --decode-only | --prefill-only]
@@ -45,7 +45,6 @@ from benchmarks.kernels import (
 )
 from benchmarks.tkv_kernel_cases import (
     DEFAULT_DECODE_TILES,
-    PLAIN_DECODE_TILES,
     WRITE_TOKEN_COUNTS,
     bf16_decode_case,
     build,
@@ -187,23 +186,23 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
     return cases + prefill_cases(shape, [2048] * 4, generator, prefill_tiles)[1:]
 
 
-OLD_DECODE_TILES = TkvDecodeTiles(mask_words=True)  # the kernel of the 1.34 ms row (batch 32, 32k) in docs
+UNCAPPED_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, max_registers=None)  # the default before 2026-12-02
+FOLDED_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, folded_scales=True, max_registers=128)
 DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] = {  # batch: (tiles, num_splits)
-    # auto: choose_tkv_num_splits (4 at batch 32, 16 at batch 8); 5 and 17 are what the bf16 heuristic picks
-    32: ((OLD_DECODE_TILES, 5), (PLAIN_DECODE_TILES, 5), (PLAIN_DECODE_TILES, None),
-         (TkvDecodeTiles(64, 4, 2, transposed_dots=True), None), (TkvDecodeTiles(64, 4, 2, ptx_nibbles=True), None),
-         (DEFAULT_DECODE_TILES, 5), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 8), (DEFAULT_DECODE_TILES, 16),
-         (TkvDecodeTiles(64, 4, 3, ptx_nibbles=True, transposed_dots=True), None),
-         (TkvDecodeTiles(128, 4, 2, ptx_nibbles=True, transposed_dots=True), None),
+    # auto: choose_tkv_num_splits (5 at batch 32, 20 at batch 8, 128 at batch 1); the uncapped kernel at the
+    # splits it was given when four programs shared an SM
+    32: ((UNCAPPED_DECODE_TILES, 4), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4),
+         (FOLDED_DECODE_TILES, 4), (dataclasses.replace(FOLDED_DECODE_TILES, max_registers=96), None),
          (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
-    8: ((OLD_DECODE_TILES, 17), (PLAIN_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 17), (DEFAULT_DECODE_TILES, None),
-        (DEFAULT_DECODE_TILES, 32), (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
+    8: ((UNCAPPED_DECODE_TILES, 16), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 16),
+        (FOLDED_DECODE_TILES, 16)),
+    1: ((UNCAPPED_DECODE_TILES, 128), (DEFAULT_DECODE_TILES, None), (FOLDED_DECODE_TILES, 128)),
 }
 
 
 def decode_only(generator: torch.Generator, flush: torch.Tensor) -> tuple[list[BenchResult], str]:
     """bf16 and every DECODE_ONLY_VARIANTS row, K4V4 at 32k: results and a table of each row against bf16 and
-    against the first row (the masked-word kernel)."""
+    against the first row (the default kernel)."""
     shape = llama_tkv()
     results = []
     lines = ["| batch | TKV variant | ms | bf16 / TKV | first row / TKV |", "|" + "---|" * 5]

@@ -150,41 +150,49 @@ def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.
     return words, scale, zero
 
 
-def _nibble_pairs_ptx() -> str:
+def _nibble_pairs_ptx(biased: bool) -> str:
     """The inline PTX of NIBBLE_PAIRS_PTX: per output register r, shift the word by 4 * (r % 4), mask two codes
-    and give them an exponent in one lop3, then remove the exponent's 1024 in one packed subtraction."""
+    and give them an exponent in one lop3, then (unless `biased`) remove the exponent's 1024 in one packed
+    subtraction."""
     lines = ["{", "    .reg .b32 mask, bias, half, low, high;", "    mov.b32 mask, 0x000F000F;",
              "    mov.b32 bias, 0x64006400;", "    mov.b64 {low, high}, $8;"]
     for register in range(8):
         word, shift = ("low", "high")[register // 4], 4 * (register % 4)
         if shift:
             lines.append(f"    shr.u32 half, {word}, {shift};")
-        lines.append(f"    lop3.b32 half, {'half' if shift else word}, mask, bias, 0xEA;")
-        lines.append(f"    sub.rn.f16x2 ${register}, half, bias;")
+        source = "half" if shift else word
+        if biased:
+            lines.append(f"    lop3.b32 ${register}, {source}, mask, bias, 0xEA;")
+        else:
+            lines.append(f"    lop3.b32 half, {source}, mask, bias, 0xEA;")
+            lines.append(f"    sub.rn.f16x2 ${register}, half, bias;")
     return "\n".join([*lines, "}"])
 
 
-NIBBLE_PAIRS_PTX = tl.constexpr(_nibble_pairs_ptx())
+NIBBLE_PAIRS_PTX = tl.constexpr(_nibble_pairs_ptx(biased=False))
 """Two 4-bit words (int64 $8; $9..$23 are copies) to their 16 codes as float16, two per output register: register
 r < 4 holds codes r and r + 4 of the low word, 16 bits apart, so one lop3 ((w >> 4r) & 0x000F000F) | 0x64006400
 masks both and gives them the exponent of 1024, one packed subtraction removes the 1024; registers 4..7 the same
 for the high word. Output element 2r + e of each word is code r + 4e: the code_channels order."""
 
+BIASED_NIBBLE_PAIRS_PTX = tl.constexpr(_nibble_pairs_ptx(biased=True))
+"""NIBBLE_PAIRS_PTX without the subtraction: each code c comes out as the float16 1024 + c (exact)."""
+
 
 @triton.jit
-def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr):
+def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr, BIASED: tl.constexpr = False):
     """[N, D/16] int64 pairs of 4-bit words -> float16 codes [N, D] in code_channels order, by inline PTX
     (compiled kernels only, not the interpreter): per 8 codes 3 shifts, 4 lop3 and 4 packed subtractions, about
     half of what unpack_words plus codes_as_floats take (sm_90 SASS). Correct only while inline_asm_elementwise
     hands one asm the 16 elements of one thread's [2, 2, 2, 2] join in register order (the join order of
     unpack_words): true of the layouts Triton 3.6 picks for every tile bench_tkv times (checked in their TTGIR),
     not of all (loading the scales as [N, D/G, 1] made it interleave two tokens), so tests/gpu compare this path
-    against the reference."""
+    against the reference. BIASED: codes c as 1024 + c, without the subtractions."""
     copies = tl.join(pairs, pairs)
     copies = tl.join(copies, copies)
     copies = tl.join(copies, copies)
     copies = tl.join(copies, copies)  # [N, D/16, 2, 2, 2, 2]: the pair once per code, in one thread's registers
-    codes = tl.inline_asm_elementwise(NIBBLE_PAIRS_PTX, "=r,=r,=r,=r,=r,=r,=r,=r" + ",l" * 16, [copies],
+    codes = tl.inline_asm_elementwise(BIASED_NIBBLE_PAIRS_PTX if BIASED else NIBBLE_PAIRS_PTX, "=r,=r,=r,=r,=r,=r,=r,=r" + ",l" * 16, [copies],
                                       dtype=tl.float16, is_pure=True, pack=16)
     return tl.reshape(codes, [pairs.shape[0], HEAD_DIM])
 

@@ -58,24 +58,24 @@ from arbi_kernels.tkv_layout import (
     triton_dtype,
     validate_tkv_layer,
 )
+from arbi_kernels.tkv_folded_decode import _tkv_folded_decode_kernel, folded_heads
 from arbi_kernels.tkv_exact import (
     exact_window_blocks,
-    load_exact_rows,
-    tail_ring_rows,
+    load_window_tile,
     tail_tile_size,
     validate_exact_inputs,
     window_start,
 )
 
-RESIDENT_PROGRAMS_PER_SM = 4  # default tiles on sm_90: 128 registers x 128 threads fill the 64K register file
+RESIDENT_PROGRAMS_PER_SM = 5  # default tiles on sm_90: 96 registers x 128 threads, five to the 64K register file
 SPLIT_WAVES = 2
 
 
 def choose_tkv_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
     """The most splits whose programs fit in SPLIT_WAVES whole waves of RESIDENT_PROGRAMS_PER_SM programs per SM,
     none shorter than MIN_TOKENS_PER_SPLIT tokens. Rounded down where choose_num_splits (bf16) rounds up: at
-    batch 32, 8 kv heads and 132 SMs, 4 splits make 1024 programs, two nearly full waves of 528, where 5 make 1280
-    and a third wave 42% full that costs as long as a full one (the programs are all equally long)."""
+    batch 32, 8 kv heads and 132 SMs, 5 splits make 1280 programs, two nearly full waves of 660, where 6 make 1536
+    and a third wave 33% full that costs as long as a full one (the programs are all equally long)."""
     useful = triton.cdiv(max(max_seq_len, 1), MIN_TOKENS_PER_SPLIT)
     fitting = SPLIT_WAVES * RESIDENT_PROGRAMS_PER_SM * num_sms // (num_seqs * num_kv_heads)
     return max(1, min(useful, fitting, MAX_SPLITS))
@@ -97,7 +97,9 @@ class TkvDecodeTiles:
     (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64 and 4 warps. window_blocks: blocks of the exact
     window read per fp16 tile (at most the window's; one tile per block by default: a whole 4-block window in one
     64-row tile of float32 rows took the kernel from 1.04 to 1.32 ms at batch 32, 32k, on the H200). The field
-    defaults are the plain kernel; the wrapper's default is DEFAULT_TKV_DECODE_TILES."""
+    defaults are the plain kernel; the wrapper's default is DEFAULT_TKV_DECODE_TILES. folded_scales: the kernel of
+    tkv_folded_decode.py instead (codes enter both dots bare, the group scales and zeros are folded into them; block_n,
+    warps, stages and max_registers apply, the other options do not)."""
 
     block_n: int = 64
     num_warps: int = 4
@@ -108,6 +110,7 @@ class TkvDecodeTiles:
     ptx_nibbles: bool = False
     transposed_dots: bool = False
     window_blocks: int = 1
+    folded_scales: bool = False
 
     def __post_init__(self) -> None:
         require_tile_size("block_n", self.block_n)
@@ -120,10 +123,11 @@ class TkvDecodeTiles:
             raise ValueError(f"max_registers: must be in [24, 255] or None, got {self.max_registers}")
 
 
-DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True)
-"""What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages (701 instructions per warp and
-64-token tile at 127 registers on sm_90, against 1246 at 149 for the first kernel). H200, K4V4, batch 32, 32k
-context (benchmarks/tkv_kernels.py --decode-only, 2026-11-29): 1.04 ms, where the first kernel took 1.33 ms and bf16 1.06 ms."""
+DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True, max_registers=96)
+"""What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages, registers capped at 96 (ptxas
+spills 8 bytes) so that five programs share an SM where the 121 the compiler picks fit four. H200, K4V4, batch 32,
+32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-02): 0.97 ms at 5 splits, where the uncapped kernel
+took 1.05 ms at 4 and bf16 0.96 ms."""
 
 
 @triton.jit
@@ -132,22 +136,14 @@ def _attend_window_tile(q, seq, seq_len, tile_start, tail_slots_ptr, kv_head, nu
                         stride_exact_token, stride_exact_head, SINK_TOKENS: tl.constexpr, WINDOW_ROWS: tl.constexpr,
                         TAIL_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
                         EXACT_BLOCKS: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr):
-    """Fold WINDOW_ROWS positions of the exact window from tile_start (those at or after SINK_TOKENS and before
-    seq_len), exact, into (m_i, l_i, acc): the new token (position seq_len - 1) from row `seq` of the step's exact
-    buffers, the others from the tail slot's ring."""
-    offsets = tl.arange(0, TAIL_PAD)
-    positions = tile_start + offsets
-    exact = (offsets < WINDOW_ROWS) & (positions >= SINK_TOKENS) & (positions < seq_len)
-    from_step = exact & (positions == seq_len - 1)
-    from_tail = exact & (positions < seq_len - 1)
-    tail_rows = tail_ring_rows(tl.load(tail_slots_ptr + seq), positions, PAGE_SIZE, EXACT_BLOCKS)
-    step_rows = tl.zeros([TAIL_PAD], dtype=tl.int64) + seq
-    k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
-                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    """Fold WINDOW_ROWS positions of the exact window from tile_start (load_window_tile), exact, into
+    (m_i, l_i, acc)."""
+    k, v, exact = load_window_tile(seq, seq_len, tile_start, tl.load(tail_slots_ptr + seq), kv_head, num_kv_heads,
+                                   key_tail_ptr, value_tail_ptr, key_exact_ptr, value_exact_ptr, stride_exact_token,
+                                   stride_exact_head, SINK_TOKENS, WINDOW_ROWS, TAIL_PAD, HEAD_DIM, PAGE_SIZE,
+                                   EXACT_BLOCKS)
     m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), exact[None, :], m_i, l_i, acc, True, DOT_PRECISION,
                                    TRANSPOSED_DOTS)
-    v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
-                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
     return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)
 
 
@@ -334,27 +330,31 @@ def tkv_paged_decode_attention(
         (num_seqs, num_heads, num_splits) if not single_split else (1, 1, 1), dtype=torch.float32,
         device=query.device,
     )
-    _tkv_decode_partition_kernel[(num_seqs, num_kv_heads, num_splits)](
-        query, _code_view(layer.key_codes, layer.key_bits, tiles, compute_dtype), layer.key_scale, layer.key_zero,
-        layer.key_sink, layer.key_tail, key_exact,
-        _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_scale, layer.value_zero,
-        layer.value_sink, layer.value_tail, value_exact,
-        block_tables, seq_lens, tail_slots, output, partial_out, partial_lse,
-        softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
-        query.stride(0), query.stride(1), block_tables.stride(0), key_exact.stride(0), key_exact.stride(1),
-        output.stride(0), output.stride(1),
-        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
-        partial_lse.stride(0), partial_lse.stride(1),
-        KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
-        SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
-        WINDOW_ROWS=window_rows, TAIL_PAD=tail_tile_size(window_rows),
-        GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        EXACT_BLOCKS=exact_blocks,
-        BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split, COMPUTE_DTYPE=triton_dtype(compute_dtype),
-        DOT_PRECISION=compute_precision(compute_dtype), PREFETCH=tiles.prefetch, MASK_WORDS=tiles.mask_words,
-        TRANSPOSED_DOTS=tiles.transposed_dots, num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages, maxnreg=tiles.max_registers, **pdl_launch_options(query.device),
-    )
+    pools = (query, _code_view(layer.key_codes, layer.key_bits, tiles, compute_dtype), layer.key_scale, layer.key_zero,
+             layer.key_sink, layer.key_tail, key_exact,
+             _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_scale,
+             layer.value_zero, layer.value_sink, layer.value_tail, value_exact,
+             block_tables, seq_lens, tail_slots, output, partial_out, partial_lse,
+             softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
+             query.stride(0), query.stride(1), block_tables.stride(0), key_exact.stride(0), key_exact.stride(1),
+             output.stride(0), output.stride(1),
+             partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+             partial_lse.stride(0), partial_lse.stride(1))
+    shared = dict(KEY_BITS=layer.key_bits, VALUE_BITS=layer.value_bits, GROUP=layer.group_size,
+                  SINK_TOKENS=layer.sink_tokens, SINK_PAD=sink_tile_size(layer.sink_tokens),
+                  WINDOW_ROWS=window_rows, TAIL_PAD=tail_tile_size(window_rows), HEAD_DIM=head_dim,
+                  PAGE_SIZE=page_size, EXACT_BLOCKS=exact_blocks, BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split,
+                  COMPUTE_DTYPE=triton_dtype(compute_dtype), DOT_PRECISION=compute_precision(compute_dtype),
+                  num_warps=tiles.num_warps, num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
+                  **pdl_launch_options(query.device))
+    grid = (num_seqs, num_kv_heads, num_splits)
+    if tiles.folded_scales:
+        _tkv_folded_decode_kernel[grid](*pools, HEADS=folded_heads(num_heads // num_kv_heads, head_dim // layer.group_size),
+                                        **shared)
+    else:
+        _tkv_decode_partition_kernel[grid](
+            *pools, GROUP_PAD=max(16, next_power_of_two(num_heads // num_kv_heads)), PREFETCH=tiles.prefetch,
+            MASK_WORDS=tiles.mask_words, TRANSPOSED_DOTS=tiles.transposed_dots, **shared)
     if not single_split:
         _decode_merge_kernel[(num_seqs, num_heads)](
             partial_out, partial_lse, output, num_splits,

@@ -18,6 +18,7 @@ from arbi_kernels.tkv_layout import TkvLayerTensors
 __all__ = [
     "exact_window_blocks",
     "load_exact_rows",
+    "load_window_tile",
     "tail_ring_rows",
     "tail_tile_size",
     "validate_exact_inputs",
@@ -78,3 +79,26 @@ def load_exact_rows(tail_ptr, exact_ptr, tail_rows, from_tail, step_rows, from_s
     step_offsets = step_rows[:, None] * stride_exact_token + kv_head * stride_exact_head + dims[None, :]
     step = tl.load(exact_ptr + step_offsets, mask=from_step[:, None], other=0.0)
     return in_code_order(tl.where(from_tail[:, None], tail, step), HEAD_DIM)
+
+
+@triton.jit
+def load_window_tile(seq, seq_len, tile_start, tail_slot, kv_head, num_kv_heads, key_tail_ptr, value_tail_ptr,
+                     key_exact_ptr, value_exact_ptr, stride_exact_token, stride_exact_head, SINK_TOKENS: tl.constexpr,
+                     WINDOW_ROWS: tl.constexpr, TAIL_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr):
+    """A decode step's WINDOW_ROWS positions of the exact window from tile_start, as TAIL_PAD rows: (k, v) fp16
+    [TAIL_PAD, D] in code_channels order and `exact` [TAIL_PAD], the rows at or after SINK_TOKENS and before
+    seq_len: the new token (position seq_len - 1) from row `seq` of the step's exact buffers, the others from the
+    tail slot's ring."""
+    offsets = tl.arange(0, TAIL_PAD)
+    positions = tile_start + offsets
+    exact = (offsets < WINDOW_ROWS) & (positions >= SINK_TOKENS) & (positions < seq_len)
+    from_step = exact & (positions == seq_len - 1)
+    from_tail = exact & (positions < seq_len - 1)
+    tail_rows = tail_ring_rows(tail_slot, positions, PAGE_SIZE, EXACT_BLOCKS)
+    step_rows = tl.zeros([TAIL_PAD], dtype=tl.int64) + seq
+    k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
+                        num_kv_heads, stride_exact_token, stride_exact_head, HEAD_DIM)
+    return k, v, exact

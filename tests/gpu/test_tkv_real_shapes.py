@@ -234,8 +234,9 @@ def test_prefill_every_tile_shape_with_and_without_sinks(tiles, head_dim, sink_t
 
 
 @pytest.mark.parametrize("tiles", [PLAIN_DECODE_TILES, DEFAULT_DECODE_TILES,
-                                   TkvDecodeTiles(64, 4, 1, prefetch=True, ptx_nibbles=True, transposed_dots=True)],
-                         ids=["plain", "default", "prefetch"])
+                                   TkvDecodeTiles(64, 4, 1, prefetch=True, ptx_nibbles=True, transposed_dots=True),
+                                   TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, folded_scales=True, max_registers=128)],
+                         ids=["plain", "default", "prefetch", "folded"])
 @pytest.mark.parametrize(("page_size", "sink_tokens"), [(16, 0), (16, 4), (32, 1)])
 def test_decode_reads_the_last_block_exact_at_every_offset(page_size, sink_tokens, tiles, device, generator):
     """New tokens at offsets 0, 1 and page_size - 1 of a first and a later block, Llama's GQA 4 at D=128, K4V4,

@@ -294,9 +294,33 @@ def test_transposed_dots(head_dim, key_bits, value_bits, sink_tokens, prefetch, 
 
 
 def test_split_count_fills_whole_waves():
-    """Two waves of 4 programs per SM, rounded down (H200: 132 SMs, Llama's 8 kv heads), none under 256 tokens."""
-    assert choose_tkv_num_splits(32, 8, 32768, 132) == 4  # 1024 programs of 1056 slots; 5 would start a third wave
-    assert choose_tkv_num_splits(8, 8, 32768, 132) == 16
+    """Two waves of 5 programs per SM, rounded down (H200: 132 SMs, Llama's 8 kv heads), none under 256 tokens."""
+    assert choose_tkv_num_splits(32, 8, 32768, 132) == 5  # 1280 programs of 1320 slots; 6 would start a third wave
+    assert choose_tkv_num_splits(8, 8, 32768, 132) == 20
     assert choose_tkv_num_splits(1, 8, 32768, 132) == 128  # every split 256 tokens
     assert choose_tkv_num_splits(1, 8, 1000, 132) == 4
     assert choose_tkv_num_splits(256, 8, 32768, 132) == 1
+
+
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "key_bits", "value_bits", "group_size", "page_size", "sink_tokens", "exact_blocks",
+     "block_n", "num_splits", "compute_dtype"),
+    [
+        (8, 2, 4, 4, 32, 16, 1, 2, 16, 2, torch.float32),
+        (8, 2, 4, 4, 16, 16, 1, 2, 32, 3, torch.float16),  # 4 groups x 4 heads: the Llama-3-8B fold
+        (6, 2, 3, 2, 16, 8, 4, 3, 16, 2, torch.float16),  # 3 heads padded to 4, 3-bit keys, 2-bit values
+        (4, 4, 4, 3, 32, 16, 0, 1, 16, 1, torch.float32),  # MHA: 2 groups x 8 padded heads
+        (16, 2, 8, 5, 32, 16, 2, 2, 16, 4, torch.float16),  # 8 heads x 2 groups, the widest codes
+    ],
+)
+def test_folded_scales_match_reference(num_heads, num_kv_heads, key_bits, value_bits, group_size, page_size,
+                                       sink_tokens, exact_blocks, block_n, num_splits, compute_dtype, device,
+                                       generator):
+    """The folded-scale kernel (codes bare in both dots, float16 codes biased by 1024) over sinks, exact windows
+    across splits and ragged contexts, at the plain kernel's bound."""
+    shape = TkvShape(num_heads, num_kv_heads, 64, page_size, key_bits, value_bits, group_size, sink_tokens,
+                     exact_blocks=exact_blocks)
+    seq_lens = [1, 2, page_size + 1, *torch.randint(40, 160, (2,), generator=generator).tolist()]
+    batch = random_tkv_batch(shape, [1] * len(seq_lens), seq_lens, device, generator)
+    _check(batch, batch.query, compute_dtype, num_splits=num_splits,
+           tiles=TkvDecodeTiles(block_n=block_n, num_stages=1, folded_scales=True))
