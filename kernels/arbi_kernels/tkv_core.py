@@ -197,19 +197,40 @@ def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr, BIASED: tl.constexpr =
     return tl.reshape(codes, [pairs.shape[0], HEAD_DIM])
 
 
+INTERPRETED = tl.constexpr(triton.knobs.runtime.interpret)
+"""Whether the kernels run in Triton's interpreter (TRITON_INTERPRET=1, read when they are defined, as Triton reads
+it), which runs no inline PTX."""
+
+
+@triton.jit
+def fused_multiply_add(x, y, z):
+    """x * y + z rounded once, y and z broadcast to x's shape. `z + x * y` rounds a float16 product first
+    wherever Triton does not contract the two: always in the interpreter, and in compiles with fp fusion off
+    (Triton's default from 3.10); decoded values then carry up to 2^-11 of |code * scale| more error into the
+    scores. Compiled float16 takes fma.rn.f16x2 by inline PTX, the code the contracted form compiled to: tl.fma's
+    scalar fma.rn.f16 left LLVM pairing fewer of them, 8% more instructions in the TKV prefill kernel's coded-tile
+    loop (sm_90 SASS, K4V4). The interpreter, which runs no PTX, takes tl.fma: one rounding there too."""
+    y = tl.broadcast_to(y, x.shape)
+    z = tl.broadcast_to(z, x.shape)
+    if x.dtype == tl.float16 and not INTERPRETED:
+        return tl.inline_asm_elementwise("fma.rn.f16x2 $0, $1, $2, $3;", "=r,r,r,r", [x, y, z], dtype=tl.float16,
+                                         is_pure=True, pack=2)
+    return tl.fma(x, y, z)
+
+
 @triton.jit
 def decode_vectors(words, scale, zero, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
                    DTYPE: tl.constexpr):
-    """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order. In float16 that is one
-    fused multiply-add of exact operands, so one rounding, as in float32 then a cast. 4-bit words loaded as int64
-    pairs (from nibble_pair_view) become float16 codes by inline PTX (nibble_pairs_as_halves)."""
+    """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order: one fused multiply-add
+    (fused_multiply_add), so one rounding, as in float32 then a cast. 4-bit words loaded as int64 pairs (from
+    nibble_pair_view) become float16 codes by inline PTX (nibble_pairs_as_halves)."""
     if BITS == 4 and words.dtype == tl.int64:
         tl.static_assert(DTYPE == tl.float16, "4-bit word pairs decode by PTX into float16 tiles only")
         codes = tl.reshape(nibble_pairs_as_halves(words, HEAD_DIM), [words.shape[0], HEAD_DIM // GROUP, GROUP])
     else:
         codes = unpack_words(words, BITS, HEAD_DIM)  # [N, D]
         codes = codes_as_floats(tl.reshape(codes, [words.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
-    values = zero.to(DTYPE)[:, :, None] + codes * scale.to(DTYPE)[:, :, None]  # [N, D/G, G]
+    values = fused_multiply_add(codes, scale.to(DTYPE)[:, :, None], zero.to(DTYPE)[:, :, None])  # [N, D/G, G]
     return tl.reshape(values, [words.shape[0], HEAD_DIM])
 
 
