@@ -1,0 +1,238 @@
+// y = x @ w.T for a weight held in GGUF's block quantization (groups of 32 inputs), float32 activations and
+// outputs, float32 arithmetic: the CPU kernel of `models/block_linear.py` (which documents the forms).
+//   q4: codes uint8 [N, K / 2] (element 2i low nibble, 2i + 1 high), scale, min float32 [N, K / 32]:
+//       y_tn = sum_g s_ng (sum_j x_tgj q_ngj) + sum_g m_ng (sum_j x_tgj)
+//   q8: codes int8 [N, K], scale float32 [N, K / 32]: y_tn = sum_g s_ng (sum_j x_tgj q_ngj)
+// The codes are widened to float32 in registers (AVX2 + FMA when the CPU has them, else plain C++); every
+// token's arithmetic is the same whatever the batch, so a row's output does not depend on its neighbours.
+// Rows are split over torch's intra-op threads.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace {
+
+constexpr int64_t kGroup = 32;
+constexpr int64_t kTokenBlock = 4;
+
+// The activations' sums per group [T, G] (q4's min term), once per call.
+at::Tensor group_sums(const at::Tensor& x) {
+  const int64_t tokens = x.size(0), columns = x.size(1), groups = columns / kGroup;
+  at::Tensor sums = at::empty({tokens, groups}, x.options());
+  const float* source = x.data_ptr<float>();
+  float* sum = sums.data_ptr<float>();
+  for (int64_t i = 0; i < tokens * groups; ++i) {
+    float total = 0.f;
+    for (int64_t j = 0; j < kGroup; ++j) total += source[i * kGroup + j];
+    sum[i] = total;
+  }
+  return sums;
+}
+
+// One row n of the weight against tokens [t0, t0 + TB), plain C++.
+template <bool Q4>
+void row_generic(const uint8_t* codes, const float* scale, const float* minimum, const float* inputs,
+                 const float* sums, int64_t groups, int64_t tokens, float* out, int64_t out_stride) {
+  const int64_t columns = groups * kGroup;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* x = inputs + t * columns;
+    float total = 0.f;
+    for (int64_t g = 0; g < groups; ++g) {
+      float dot = 0.f;
+      for (int64_t j = 0; j < kGroup; ++j) {
+        int code;
+        if (Q4) {
+          const uint8_t byte = codes[g * 16 + j / 2];
+          code = j % 2 == 0 ? (byte & 0x0F) : (byte >> 4);
+        } else {
+          code = static_cast<int8_t>(codes[g * kGroup + j]);
+        }
+        dot += x[g * kGroup + j] * static_cast<float>(code);
+      }
+      total += scale[g] * dot;
+      if (Q4) total += minimum[g] * sums[t * groups + g];
+    }
+    out[t * out_stride] = total;
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
+  __m128 low = _mm256_castps256_ps128(v), high = _mm256_extractf128_ps(v, 1);
+  __m128 sum = _mm_add_ps(low, high);
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+  return _mm_cvtss_f32(sum);
+}
+
+// One row against TB tokens (TB <= kTokenBlock): each group's 32 codes widened once, used by every token.
+template <bool Q4, int TB>
+__attribute__((target("avx2,fma"))) void row_avx2(const uint8_t* codes, const float* scale, const float* minimum,
+                                                   const float* inputs, const float* sums, int64_t groups,
+                                                   float* out, int64_t out_stride) {
+  const int64_t columns = groups * kGroup;
+  __m256 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
+  float offset[TB];
+  for (int t = 0; t < TB; ++t) offset[t] = 0.f;
+  const __m256i nibble = _mm256_set1_epi32(0x0F);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 w0, w1, w2, w3;
+    if (Q4) {
+      // A 32-bit word of codes holds 8 consecutive elements' nibbles (element 2i low, 2i + 1 high): broadcast it
+      // and shift each lane to its own nibble.
+      const int32_t* words = reinterpret_cast<const int32_t*>(codes + g * 16);
+      w0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[0]), shifts), nibble));
+      w1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[1]), shifts), nibble));
+      w2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[2]), shifts), nibble));
+      w3 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[3]), shifts), nibble));
+    } else {
+      const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + g * kGroup));
+      const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + g * kGroup + 16));
+      w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first));
+      w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8)));
+      w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second));
+      w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8)));
+    }
+    const __m256 s = _mm256_set1_ps(scale[g]);
+    for (int t = 0; t < TB; ++t) {
+      const float* x = inputs + t * columns + g * kGroup;
+      __m256 first = _mm256_mul_ps(w0, _mm256_loadu_ps(x));
+      __m256 second = _mm256_mul_ps(w2, _mm256_loadu_ps(x + 16));
+      first = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), first);
+      second = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), second);
+      acc[t] = _mm256_fmadd_ps(s, _mm256_add_ps(first, second), acc[t]);
+      if (Q4) offset[t] += minimum[g] * sums[t * groups + g];
+    }
+  }
+  for (int t = 0; t < TB; ++t) out[t * out_stride] = horizontal_sum(acc[t]) + offset[t];
+}
+
+template <bool Q4>
+void rows_avx2(int tokens, const uint8_t* codes, const float* scale, const float* minimum, const float* inputs,
+               const float* sums, int64_t groups, float* out, int64_t out_stride) {
+  switch (tokens) {
+    case 1: return row_avx2<Q4, 1>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
+    case 2: return row_avx2<Q4, 2>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
+    case 3: return row_avx2<Q4, 3>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
+    default: return row_avx2<Q4, 4>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
+  }
+}
+
+bool has_avx2() {
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+}
+
+template <bool Q4>
+at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
+                        const at::Tensor& minimum, bool vectorised) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
+              "block_linear: x must be a contiguous float32 CPU matrix");
+  const int64_t tokens = x.size(0), columns = x.size(1), rows = scale.size(0), groups = scale.size(1);
+  TORCH_CHECK(columns == groups * kGroup, "block_linear: x has ", columns, " columns, the weight ", groups * kGroup);
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous(), "block_linear: scale must be float32");
+  TORCH_CHECK(codes.is_contiguous() && codes.size(0) == rows && codes.size(1) == (Q4 ? columns / 2 : columns),
+              "block_linear: codes of the wrong shape");
+  TORCH_CHECK(codes.scalar_type() == (Q4 ? at::kByte : at::kChar), "block_linear: codes of the wrong dtype");
+  if (Q4) {
+    TORCH_CHECK(minimum.scalar_type() == at::kFloat && minimum.is_contiguous() && minimum.sizes() == scale.sizes(),
+                "block_linear: min must be float32 like scale");
+  }
+  at::Tensor out = at::empty({tokens, rows}, x.options());
+  if (tokens == 0 || rows == 0) return out;
+  const at::Tensor sum_tensor = Q4 ? group_sums(x) : at::Tensor();
+  const uint8_t* code_data = static_cast<const uint8_t*>(codes.data_ptr());
+  const float* scale_data = scale.data_ptr<float>();
+  const float* min_data = Q4 ? minimum.data_ptr<float>() : nullptr;
+  const float* inputs = x.data_ptr<float>();
+  const float* sums = Q4 ? sum_tensor.data_ptr<float>() : nullptr;
+  float* out_data = out.data_ptr<float>();
+  const int64_t row_bytes = Q4 ? columns / 2 : columns;
+  const bool use_avx2 = vectorised && has_avx2();
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const uint8_t* row_codes = code_data + n * row_bytes;
+      const float* row_scale = scale_data + n * groups;
+      const float* row_min = Q4 ? min_data + n * groups : nullptr;
+      for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
+        const int64_t block = std::min(kTokenBlock, tokens - t0);
+        const float* block_inputs = inputs + t0 * columns;
+        const float* block_sums = Q4 ? sums + t0 * groups : nullptr;
+        float* block_out = out_data + t0 * rows + n;
+        if (use_avx2) {
+          rows_avx2<Q4>(static_cast<int>(block), row_codes, row_scale, row_min, block_inputs, block_sums, groups,
+                        block_out, rows);
+        } else {
+          row_generic<Q4>(row_codes, row_scale, row_min, block_inputs, block_sums, groups, block, block_out, rows);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// w [N, K] float32, as `QuantizedWeight.dequantize` computes it (the product rounded, then the sum: built
+// without floating-point contraction).
+at::Tensor dequantize(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& minimum, bool q4) {
+  const int64_t rows = scale.size(0), groups = scale.size(1), columns = groups * kGroup;
+  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && scale.scalar_type() == at::kFloat,
+              "dequantize: contiguous codes and float32 scale expected");
+  at::Tensor out = at::empty({rows, columns}, scale.options());
+  const uint8_t* code_data = static_cast<const uint8_t*>(codes.data_ptr());
+  const float* scale_data = scale.data_ptr<float>();
+  const float* min_data = q4 ? minimum.data_ptr<float>() : nullptr;
+  float* out_data = out.data_ptr<float>();
+  at::parallel_for(0, rows * groups, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float s = scale_data[i];
+      float* w = out_data + i * kGroup;
+      if (q4) {
+        const uint8_t* bytes = code_data + i * 16;
+        const float m = min_data[i];
+        for (int64_t j = 0; j < 16; ++j) {
+          w[2 * j] = static_cast<float>(bytes[j] & 0x0F) * s + m;
+          w[2 * j + 1] = static_cast<float>(bytes[j] >> 4) * s + m;
+        }
+      } else {
+        const int8_t* values = reinterpret_cast<const int8_t*>(code_data) + i * kGroup;
+        for (int64_t j = 0; j < kGroup; ++j) w[j] = static_cast<float>(values[j]) * s;
+      }
+    }
+  });
+  return out;
+}
+
+at::Tensor q4_dequantize(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& minimum) {
+  return dequantize(codes, scale, minimum, true);
+}
+
+at::Tensor q8_dequantize(const at::Tensor& codes, const at::Tensor& scale) {
+  return dequantize(codes, scale, at::Tensor(), false);
+}
+
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
+                     const at::Tensor& minimum, bool vectorised) {
+  return block_linear<true>(x, codes, scale, minimum, vectorised);
+}
+
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale, bool vectorised) {
+  return block_linear<false>(x, codes, scale, at::Tensor(), vectorised);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(arbi_block_linear, m) {
+  m.def("q4_linear(Tensor x, Tensor codes, Tensor scale, Tensor minimum, bool vectorised) -> Tensor", &q4_linear);
+  m.def("q8_linear(Tensor x, Tensor codes, Tensor scale, bool vectorised) -> Tensor", &q8_linear);
+  m.def("q4_dequantize(Tensor codes, Tensor scale, Tensor minimum) -> Tensor", &q4_dequantize);
+  m.def("q8_dequantize(Tensor codes, Tensor scale) -> Tensor", &q8_dequantize);
+}
