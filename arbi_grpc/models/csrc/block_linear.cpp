@@ -72,58 +72,84 @@ __attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-// One row against TB tokens (TB <= kTokenBlock): each group's 32 codes widened once, used by every token.
-template <bool Q4, int TB>
-__attribute__((target("avx2,fma"))) void row_avx2(const uint8_t* codes, const float* scale, const float* minimum,
-                                                   const float* inputs, const float* sums, int64_t groups,
-                                                   float* out, int64_t out_stride) {
+// R consecutive rows against TB tokens (TB <= kTokenBlock): each group's 32 codes widened once and used by every
+// token, each token's inputs loaded once for the R rows. A row's arithmetic is the same for any R and TB.
+template <bool Q4, int TB, int R>
+__attribute__((target("avx2,fma"))) void rows_avx2(const uint8_t* codes, int64_t row_bytes, const float* scale,
+                                                    const float* minimum, const float* inputs, const float* sums,
+                                                    int64_t groups, float* out, int64_t out_stride) {
   const int64_t columns = groups * kGroup;
-  __m256 acc[TB];
-  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
-  float offset[TB];
-  for (int t = 0; t < TB; ++t) offset[t] = 0.f;
+  __m256 acc[R][TB];
+  float offset[R][TB];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < TB; ++t) {
+      acc[r][t] = _mm256_setzero_ps();
+      offset[r][t] = 0.f;
+    }
+  }
   const __m256i nibble = _mm256_set1_epi32(0x0F);
   const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   for (int64_t g = 0; g < groups; ++g) {
-    __m256 w0, w1, w2, w3;
-    if (Q4) {
-      // A 32-bit word of codes holds 8 consecutive elements' nibbles (element 2i low, 2i + 1 high): broadcast it
-      // and shift each lane to its own nibble.
-      const int32_t* words = reinterpret_cast<const int32_t*>(codes + g * 16);
-      w0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[0]), shifts), nibble));
-      w1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[1]), shifts), nibble));
-      w2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[2]), shifts), nibble));
-      w3 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(words[3]), shifts), nibble));
-    } else {
-      const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + g * kGroup));
-      const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + g * kGroup + 16));
-      w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first));
-      w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8)));
-      w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second));
-      w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8)));
+    __m256 w[R][4];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row_codes = codes + r * row_bytes;
+      if (Q4) {
+        // A 32-bit word of codes holds 8 consecutive elements' nibbles (element 2i low, 2i + 1 high): broadcast
+        // it to every lane and shift each lane to its own nibble.
+        const __m256i both = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_codes + g * 16)));
+        const __m256i words[4] = {_mm256_shuffle_epi32(both, 0x00), _mm256_shuffle_epi32(both, 0x55),
+                                  _mm256_shuffle_epi32(both, 0xAA), _mm256_shuffle_epi32(both, 0xFF)};
+        for (int k = 0; k < 4; ++k) {
+          w[r][k] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(words[k], shifts), nibble));
+        }
+      } else {
+        const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_codes + g * kGroup));
+        const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_codes + g * kGroup + 16));
+        w[r][0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first));
+        w[r][1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8)));
+        w[r][2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second));
+        w[r][3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8)));
+      }
     }
-    const __m256 s = _mm256_set1_ps(scale[g]);
     for (int t = 0; t < TB; ++t) {
       const float* x = inputs + t * columns + g * kGroup;
-      __m256 first = _mm256_mul_ps(w0, _mm256_loadu_ps(x));
-      __m256 second = _mm256_mul_ps(w2, _mm256_loadu_ps(x + 16));
-      first = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), first);
-      second = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), second);
-      acc[t] = _mm256_fmadd_ps(s, _mm256_add_ps(first, second), acc[t]);
-      if (Q4) offset[t] += minimum[g] * sums[t * groups + g];
+      const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+      const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+      for (int r = 0; r < R; ++r) {
+        const __m256 first = _mm256_fmadd_ps(w[r][1], x1, _mm256_mul_ps(w[r][0], x0));
+        const __m256 second = _mm256_fmadd_ps(w[r][3], x3, _mm256_mul_ps(w[r][2], x2));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(scale[r * groups + g]), _mm256_add_ps(first, second), acc[r][t]);
+        if (Q4) offset[r][t] += minimum[r * groups + g] * sums[t * groups + g];
+      }
     }
   }
-  for (int t = 0; t < TB; ++t) out[t * out_stride] = horizontal_sum(acc[t]) + offset[t];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < TB; ++t) out[t * out_stride + r] = horizontal_sum(acc[r][t]) + offset[r][t];
+  }
 }
 
+// Rows [0, rows) of a weight block against `tokens` (<= kTokenBlock) tokens: a single token takes rows in pairs.
 template <bool Q4>
-void rows_avx2(int tokens, const uint8_t* codes, const float* scale, const float* minimum, const float* inputs,
-               const float* sums, int64_t groups, float* out, int64_t out_stride) {
-  switch (tokens) {
-    case 1: return row_avx2<Q4, 1>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
-    case 2: return row_avx2<Q4, 2>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
-    case 3: return row_avx2<Q4, 3>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
-    default: return row_avx2<Q4, 4>(codes, scale, minimum, inputs, sums, groups, out, out_stride);
+void block_avx2(int64_t rows, int tokens, const uint8_t* codes, int64_t row_bytes, const float* scale,
+                const float* minimum, const float* inputs, const float* sums, int64_t groups, float* out,
+                int64_t out_stride) {
+  for (int64_t n = 0; n < rows;) {
+    const uint8_t* c = codes + n * row_bytes;
+    const float* s = scale + n * groups;
+    const float* m = Q4 ? minimum + n * groups : nullptr;
+    if (tokens == 1 && n + 1 < rows) {
+      rows_avx2<Q4, 1, 2>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride);
+      n += 2;
+      continue;
+    }
+    switch (tokens) {
+      case 1: rows_avx2<Q4, 1, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
+      case 2: rows_avx2<Q4, 2, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
+      case 3: rows_avx2<Q4, 3, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
+      default: rows_avx2<Q4, 4, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
+    }
+    n += 1;
   }
 }
 
@@ -159,21 +185,20 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::
   const int64_t row_bytes = Q4 ? columns / 2 : columns;
   const bool use_avx2 = vectorised && has_avx2();
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      const uint8_t* row_codes = code_data + n * row_bytes;
-      const float* row_scale = scale_data + n * groups;
-      const float* row_min = Q4 ? min_data + n * groups : nullptr;
-      for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
-        const int64_t block = std::min(kTokenBlock, tokens - t0);
-        const float* block_inputs = inputs + t0 * columns;
-        const float* block_sums = Q4 ? sums + t0 * groups : nullptr;
-        float* block_out = out_data + t0 * rows + n;
-        if (use_avx2) {
-          rows_avx2<Q4>(static_cast<int>(block), row_codes, row_scale, row_min, block_inputs, block_sums, groups,
-                        block_out, rows);
-        } else {
-          row_generic<Q4>(row_codes, row_scale, row_min, block_inputs, block_sums, groups, block, block_out, rows);
-        }
+    for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
+      const int64_t block = std::min(kTokenBlock, tokens - t0);
+      const float* block_inputs = inputs + t0 * columns;
+      const float* block_sums = Q4 ? sums + t0 * groups : nullptr;
+      float* block_out = out_data + t0 * rows;
+      if (use_avx2) {
+        block_avx2<Q4>(end - begin, static_cast<int>(block), code_data + begin * row_bytes, row_bytes,
+                       scale_data + begin * groups, Q4 ? min_data + begin * groups : nullptr, block_inputs,
+                       block_sums, groups, block_out + begin, rows);
+        continue;
+      }
+      for (int64_t n = begin; n < end; ++n) {
+        row_generic<Q4>(code_data + n * row_bytes, scale_data + n * groups, Q4 ? min_data + n * groups : nullptr,
+                        block_inputs, block_sums, groups, block, block_out + n, rows);
       }
     }
   });
