@@ -72,12 +72,12 @@ def best_seconds(call: Callable[[], object], repeats: int, budget_s: float = 2.0
 def random_blocks(kind: str, rows: int, columns: int, generator: torch.Generator) -> QuantizedWeight:
     """A random Q4_1 ("q4") or Q8_0 ("q8") weight in its stored form."""
     groups = columns // GROUP_SIZE
-    scale = torch.rand(rows, groups, generator=generator) * 0.01 + 1e-3
+    scale = (torch.rand(rows, groups, generator=generator) * 0.01 + 1e-3).half().float()
     if kind == "q8":
         return QuantizedWeight("q8", torch.randint(-128, 128, (rows, columns), generator=generator,
                                                    dtype=torch.int8), scale, None)
     codes = torch.randint(0, 256, (rows, columns // 2), generator=generator, dtype=torch.uint8)
-    return QuantizedWeight("q4", codes, scale, torch.randn(rows, groups, generator=generator) * 0.01)
+    return QuantizedWeight("q4", codes, scale, (torch.randn(rows, groups, generator=generator) * 0.01).half().float())
 
 
 def int4pack_call(weight: QuantizedWeight) -> Callable[[Tensor], Tensor]:

@@ -1,6 +1,7 @@
 """The CPU kernel of block-quantized weights (`quantized_weights.QuantizedWeight`, GGUF's Q4_0 / Q4_1 / Q8_0 as
 stored): y = x @ w.T in float32 from the codes, scales and minimums themselves.
 
+The scales and minimums are held as float16, GGUF's own precision (exactly the stored float32 values).
 `csrc/block_linear.cpp` holds the kernel, a torch operator library built on first use with the machine's C++
 compiler (`$CXX`, else `c++`) against the installed torch, and cached under `$ARBI_CACHE_DIR/kernels` (else
 `~/.cache/arbi-serve/kernels`), one file per source, torch version and flags (`build_kernels`; about 15 s).
@@ -39,8 +40,8 @@ class BlockLinear(nn.Module):
         self.kind = weight.kind
         self.out_features = weight.shape[0]
         self.register_buffer("codes", weight.codes)
-        self.register_buffer("scale", weight.scale)
-        self.register_buffer("minimum", weight.minimum)
+        self.register_buffer("scale", _float16(weight.scale, "scale"))
+        self.register_buffer("minimum", None if weight.minimum is None else _float16(weight.minimum, "minimum"))
         self.register_buffer("bias", bias)
         self.kernels = build_kernels()
 
@@ -67,6 +68,14 @@ class BlockLinear(nn.Module):
             out = self.kernels.q8_linear(inputs, self.codes, self.scale, True)
         out = out.to(states.dtype)
         return out if self.bias is None else out.add_(self.bias)
+
+
+def _float16(values: Tensor, name: str) -> Tensor:
+    """`values` as float16, which holds them exactly (GGUF stores a block's d and m so)."""
+    held = values.to(torch.float16)
+    if not torch.equal(held.float(), values):
+        raise ValueError(f"BlockLinear: a block {name} is not a float16 value (GGUF's blocks hold float16 ones)")
+    return held
 
 
 class BlockEmbedding(nn.Module):

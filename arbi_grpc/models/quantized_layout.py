@@ -3,8 +3,8 @@ then holds, without torch: what `plan` and the boot's estimate count (the measur
 tensors themselves).
 
 The byte count follows `CausalLM.fuse_projections`: a fused group (q/k/v, gate/up) whose members share one block
-kind is held as stored (`block_linear.BlockLinear`: q4 half a byte per weight plus a float32 scale and minimum per
-32, q8 a byte plus a float32 scale per 32); an int8 group is held as int8 codes and a bfloat16 scale per row
+kind is held as stored (`block_linear.BlockLinear`: q4 half a byte per weight plus a float16 scale and minimum per
+32, q8 a byte plus a float16 scale per 32); an int8 group is held as int8 codes and a bfloat16 scale per row
 (`int8_weights.Int8Linear`); any other group is float (dequantized matrices in float32). A block-quantized
 embedding table and output projection are held as stored too, once when tied (`BlockEmbedding`).
 """
@@ -52,9 +52,9 @@ def with_stored_quantization(model: ModelConfig, model_dir: Path) -> ModelConfig
 
 
 def _stored(kind: str, rows: int, columns: int) -> int:
-    """Bytes of a [rows, columns] matrix in its stored block form (`quantized_weights.QuantizedWeight`)."""
+    """Bytes of a [rows, columns] matrix as `BlockLinear` holds it: the stored codes, float16 scales (and minimums)."""
     groups = rows * (columns // GROUP)
-    return rows * columns // 2 + groups * 8 if kind == "q4" else rows * columns + groups * 4
+    return rows * columns // 2 + groups * 4 if kind == "q4" else rows * columns + groups * 2
 
 
 def _layer_groups(model: ModelConfig) -> Iterator[tuple[list[str], list[int], int]]:

@@ -1,9 +1,10 @@
 // y = x @ w.T for a weight held in GGUF's block quantization (groups of 32 inputs), float32 activations and
 // outputs, float32 arithmetic: the CPU kernel of `models/block_linear.py` (which documents the forms).
-//   q4: codes uint8 [N, K / 2] (element 2i low nibble, 2i + 1 high), scale, min float32 [N, K / 32]:
+//   q4: codes uint8 [N, K / 2] (element 2i low nibble, 2i + 1 high), scale, min float16 [N, K / 32]:
 //       y_tn = sum_g s_ng (sum_j x_tgj q_ngj) + sum_g m_ng (sum_j x_tgj)
-//   q8: codes int8 [N, K], scale float32 [N, K / 32]: y_tn = sum_g s_ng (sum_j x_tgj q_ngj)
-// The codes are widened to float32 in registers (AVX2 + FMA when the CPU has them, else plain C++); every
+//   q8: codes int8 [N, K], scale float16 [N, K / 32]: y_tn = sum_g s_ng (sum_j x_tgj q_ngj)
+// (float16 is GGUF's own precision for s and m; each is widened to float32 exactly.)
+// The codes are widened to float32 in registers (AVX2 + FMA + F16C when the CPU has them, else plain C++); every
 // token's arithmetic is the same whatever the batch, so a row's output does not depend on its neighbours.
 // Rows are split over torch's intra-op threads.
 
@@ -11,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <immintrin.h>
@@ -39,7 +41,7 @@ at::Tensor group_sums(const at::Tensor& x) {
 
 // One row n of the weight against tokens [t0, t0 + TB), plain C++.
 template <bool Q4>
-void row_generic(const uint8_t* codes, const float* scale, const float* minimum, const float* inputs,
+void row_generic(const uint8_t* codes, const at::Half* scale, const at::Half* minimum, const float* inputs,
                  const float* sums, int64_t groups, int64_t tokens, float* out, int64_t out_stride) {
   const int64_t columns = groups * kGroup;
   for (int64_t t = 0; t < tokens; ++t) {
@@ -57,14 +59,14 @@ void row_generic(const uint8_t* codes, const float* scale, const float* minimum,
         }
         dot += x[g * kGroup + j] * static_cast<float>(code);
       }
-      total += scale[g] * dot;
-      if (Q4) total += minimum[g] * sums[t * groups + g];
+      total += static_cast<float>(scale[g]) * dot;
+      if (Q4) total += static_cast<float>(minimum[g]) * sums[t * groups + g];
     }
     out[t * out_stride] = total;
   }
 }
 
-__attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
+__attribute__((target("avx2,fma,f16c"))) inline float horizontal_sum(__m256 v) {
   __m128 low = _mm256_castps256_ps128(v), high = _mm256_extractf128_ps(v, 1);
   __m128 sum = _mm_add_ps(low, high);
   sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
@@ -75,8 +77,8 @@ __attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
 // R consecutive rows against TB tokens (TB <= kTokenBlock): each group's 32 codes widened once and used by every
 // token, each token's inputs loaded once for the R rows. A row's arithmetic is the same for any R and TB.
 template <bool Q4, int TB, int R>
-__attribute__((target("avx2,fma"))) void rows_avx2(const uint8_t* codes, int64_t row_bytes, const float* scale,
-                                                    const float* minimum, const float* inputs, const float* sums,
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2(const uint8_t* codes, int64_t row_bytes, const at::Half* scale,
+                                                    const at::Half* minimum, const float* inputs, const float* sums,
                                                     int64_t groups, float* out, int64_t out_stride) {
   const int64_t columns = groups * kGroup;
   __m256 acc[R][TB];
@@ -119,8 +121,9 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint8_t* codes, int64_t
       for (int r = 0; r < R; ++r) {
         const __m256 first = _mm256_fmadd_ps(w[r][1], x1, _mm256_mul_ps(w[r][0], x0));
         const __m256 second = _mm256_fmadd_ps(w[r][3], x3, _mm256_mul_ps(w[r][2], x2));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(scale[r * groups + g]), _mm256_add_ps(first, second), acc[r][t]);
-        if (Q4) offset[r][t] += minimum[r * groups + g] * sums[t * groups + g];
+        const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[r * groups + g].x));
+        acc[r][t] = _mm256_fmadd_ps(s, _mm256_add_ps(first, second), acc[r][t]);
+        if (Q4) offset[r][t] += _cvtsh_ss(minimum[r * groups + g].x) * sums[t * groups + g];
       }
     }
   }
@@ -131,13 +134,13 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint8_t* codes, int64_t
 
 // Rows [0, rows) of a weight block against `tokens` (<= kTokenBlock) tokens: a single token takes rows in pairs.
 template <bool Q4>
-void block_avx2(int64_t rows, int tokens, const uint8_t* codes, int64_t row_bytes, const float* scale,
-                const float* minimum, const float* inputs, const float* sums, int64_t groups, float* out,
+void block_avx2(int64_t rows, int tokens, const uint8_t* codes, int64_t row_bytes, const at::Half* scale,
+                const at::Half* minimum, const float* inputs, const float* sums, int64_t groups, float* out,
                 int64_t out_stride) {
   for (int64_t n = 0; n < rows;) {
     const uint8_t* c = codes + n * row_bytes;
-    const float* s = scale + n * groups;
-    const float* m = Q4 ? minimum + n * groups : nullptr;
+    const at::Half* s = scale + n * groups;
+    const at::Half* m = Q4 ? minimum + n * groups : nullptr;
     if (tokens == 1 && n + 1 < rows) {
       rows_avx2<Q4, 1, 2>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride);
       n += 2;
@@ -154,7 +157,8 @@ void block_avx2(int64_t rows, int tokens, const uint8_t* codes, int64_t row_byte
 }
 
 bool has_avx2() {
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool supported =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return supported;
 }
 
@@ -165,20 +169,20 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::
               "block_linear: x must be a contiguous float32 CPU matrix");
   const int64_t tokens = x.size(0), columns = x.size(1), rows = scale.size(0), groups = scale.size(1);
   TORCH_CHECK(columns == groups * kGroup, "block_linear: x has ", columns, " columns, the weight ", groups * kGroup);
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous(), "block_linear: scale must be float32");
+  TORCH_CHECK(scale.scalar_type() == at::kHalf && scale.is_contiguous(), "block_linear: scale must be float16");
   TORCH_CHECK(codes.is_contiguous() && codes.size(0) == rows && codes.size(1) == (Q4 ? columns / 2 : columns),
               "block_linear: codes of the wrong shape");
   TORCH_CHECK(codes.scalar_type() == (Q4 ? at::kByte : at::kChar), "block_linear: codes of the wrong dtype");
   if (Q4) {
-    TORCH_CHECK(minimum.scalar_type() == at::kFloat && minimum.is_contiguous() && minimum.sizes() == scale.sizes(),
-                "block_linear: min must be float32 like scale");
+    TORCH_CHECK(minimum.scalar_type() == at::kHalf && minimum.is_contiguous() && minimum.sizes() == scale.sizes(),
+                "block_linear: min must be float16 like scale");
   }
   at::Tensor out = at::empty({tokens, rows}, x.options());
   if (tokens == 0 || rows == 0) return out;
   const at::Tensor sum_tensor = Q4 ? group_sums(x) : at::Tensor();
   const uint8_t* code_data = static_cast<const uint8_t*>(codes.data_ptr());
-  const float* scale_data = scale.data_ptr<float>();
-  const float* min_data = Q4 ? minimum.data_ptr<float>() : nullptr;
+  const at::Half* scale_data = scale.data_ptr<at::Half>();
+  const at::Half* min_data = Q4 ? minimum.data_ptr<at::Half>() : nullptr;
   const float* inputs = x.data_ptr<float>();
   const float* sums = Q4 ? sum_tensor.data_ptr<float>() : nullptr;
   float* out_data = out.data_ptr<float>();
@@ -209,20 +213,21 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::
 // without floating-point contraction).
 at::Tensor dequantize(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& minimum, bool q4) {
   const int64_t rows = scale.size(0), groups = scale.size(1), columns = groups * kGroup;
-  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && scale.scalar_type() == at::kFloat,
-              "dequantize: contiguous codes and float32 scale expected");
-  at::Tensor out = at::empty({rows, columns}, scale.options());
+  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && scale.scalar_type() == at::kHalf,
+              "dequantize: contiguous codes and float16 scale expected");
+  TORCH_CHECK(!q4 || (minimum.is_contiguous() && minimum.scalar_type() == at::kHalf), "dequantize: float16 min expected");
+  at::Tensor out = at::empty({rows, columns}, scale.options().dtype(at::kFloat));
   const uint8_t* code_data = static_cast<const uint8_t*>(codes.data_ptr());
-  const float* scale_data = scale.data_ptr<float>();
-  const float* min_data = q4 ? minimum.data_ptr<float>() : nullptr;
+  const at::Half* scale_data = scale.data_ptr<at::Half>();
+  const at::Half* min_data = q4 ? minimum.data_ptr<at::Half>() : nullptr;
   float* out_data = out.data_ptr<float>();
   at::parallel_for(0, rows * groups, 256, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const float s = scale_data[i];
+      const float s = static_cast<float>(scale_data[i]);
       float* w = out_data + i * kGroup;
       if (q4) {
         const uint8_t* bytes = code_data + i * 16;
-        const float m = min_data[i];
+        const float m = static_cast<float>(min_data[i]);
         for (int64_t j = 0; j < 16; ++j) {
           w[2 * j] = static_cast<float>(bytes[j] & 0x0F) * s + m;
           w[2 * j + 1] = static_cast<float>(bytes[j] >> 4) * s + m;

@@ -17,12 +17,12 @@ _FLOAT32_BOUND = 2.0**-18
 
 def random_quantized(kind: str, rows: int, columns: int, generator: torch.Generator) -> QuantizedWeight:
     groups = columns // 32
-    scale = torch.rand(rows, groups, generator=generator) * 0.02 + 1e-3
+    scale = (torch.rand(rows, groups, generator=generator) * 0.02 + 1e-3).half().float()  # GGUF's float16 d
     if kind == "q8":
         codes = torch.randint(-128, 128, (rows, columns), generator=generator, dtype=torch.int8)
         return QuantizedWeight("q8", codes, scale, None)
     codes = torch.randint(0, 256, (rows, columns // 2), generator=generator, dtype=torch.uint8)
-    return QuantizedWeight("q4", codes, scale, torch.randn(rows, groups, generator=generator) * 0.05)
+    return QuantizedWeight("q4", codes, scale, (torch.randn(rows, groups, generator=generator) * 0.05).half().float())
 
 
 def within_float32(actual: torch.Tensor, states: torch.Tensor, dense: torch.Tensor, bias: torch.Tensor) -> bool:
@@ -49,12 +49,12 @@ def test_linear_matches_the_dequantized_weight(kind: str, num_tokens: int, torch
 def test_kernel_paths_match_the_dequantized_weight(kind: str, vectorised: bool, torch_generator) -> None:
     weight = random_quantized(kind, 24, 160, torch_generator)
     states = torch.randn(7, 160, generator=torch_generator)
-    kernels = BlockLinear(weight, None).kernels
+    linear = BlockLinear(weight, None)
 
     if kind == "q4":
-        actual = kernels.q4_linear(states, weight.codes, weight.scale, weight.minimum, vectorised)
+        actual = linear.kernels.q4_linear(states, linear.codes, linear.scale, linear.minimum, vectorised)
     else:
-        actual = kernels.q8_linear(states, weight.codes, weight.scale, vectorised)
+        actual = linear.kernels.q8_linear(states, linear.codes, linear.scale, vectorised)
 
     assert within_float32(actual, states, weight.dequantize(), torch.zeros(24))
 
@@ -88,3 +88,11 @@ def test_bfloat16_inputs_give_bfloat16_outputs(torch_generator) -> None:
 
     assert actual.dtype == torch.bfloat16
     torch.testing.assert_close(actual, (states.float() @ weight.dequantize().T).bfloat16())
+
+
+def test_a_scale_float16_cannot_hold_is_refused(torch_generator) -> None:
+    weight = random_quantized("q8", 16, 64, torch_generator)
+    weight.scale[3, 1] = 1e-3 + 2**-30
+
+    with pytest.raises(ValueError, match="not a float16 value"):
+        BlockLinear(weight, None)
