@@ -24,6 +24,7 @@ namespace {
 
 constexpr int64_t kGroup = 32;
 constexpr int64_t kTokenBlock = 4;
+constexpr int64_t kMaxGroups = 1024;  // K up to 32,768 (the vectorised kernel's per-row scratch)
 // How far ahead of its reads a row's codes are prefetched: the hardware prefetcher alone left the matrix-vector
 // kernel waiting on memory (the Q8_0 logits table took 2x as long without; 1 to 4 KiB measured alike).
 constexpr int64_t kPrefetchBytes = 2048;
@@ -77,6 +78,25 @@ __attribute__((target("avx2,fma,f16c"))) inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
+// float16 -> float32 of n values.
+__attribute__((target("avx2,fma,f16c"))) inline void widen(const at::Half* source, float* target, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(target + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(source + i))));
+  }
+  for (; i < n; ++i) target[i] = _cvtsh_ss(source[i].x);
+}
+
+// sum_i a_i b_i over n values (8 lanes, then the rest in order).
+__attribute__((target("avx2,fma,f16c"))) inline float dot(const float* a, const float* b, int64_t n) {
+  __m256 total = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) total = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), total);
+  float sum = horizontal_sum(total);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 // R consecutive rows against TB tokens (TB <= kTokenBlock): each group's 32 codes widened once and used by every
 // token, each token's inputs loaded once for the R rows. A row's arithmetic is the same for any R and TB.
 template <bool Q4, int TB, int R>
@@ -84,13 +104,21 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(const uint8_t* codes, in
                                                     const at::Half* minimum, const float* inputs, const float* sums,
                                                     int64_t groups, float* out, int64_t out_stride) {
   const int64_t columns = groups * kGroup;
-  __m256 acc[R][TB];
+  // The rows' scales widened to float32 once, and their min terms sum_g m_g (sum_j x_gj) per token.
+  float scales[R][kMaxGroups];
   float offset[R][TB];
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < TB; ++t) {
-      acc[r][t] = _mm256_setzero_ps();
-      offset[r][t] = 0.f;
+    widen(scale + r * groups, scales[r], groups);
+    for (int t = 0; t < TB; ++t) offset[r][t] = 0.f;
+    if (Q4) {
+      float mins[kMaxGroups];
+      widen(minimum + r * groups, mins, groups);
+      for (int t = 0; t < TB; ++t) offset[r][t] = dot(mins, sums + t * groups, groups);
     }
+  }
+  __m256 acc[R][TB];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < TB; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   const __m256i nibble = _mm256_set1_epi32(0x0F);
   const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
@@ -125,9 +153,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(const uint8_t* codes, in
       for (int r = 0; r < R; ++r) {
         const __m256 first = _mm256_fmadd_ps(w[r][1], x1, _mm256_mul_ps(w[r][0], x0));
         const __m256 second = _mm256_fmadd_ps(w[r][3], x3, _mm256_mul_ps(w[r][2], x2));
-        const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[r * groups + g].x));
-        acc[r][t] = _mm256_fmadd_ps(s, _mm256_add_ps(first, second), acc[r][t]);
-        if (Q4) offset[r][t] += _cvtsh_ss(minimum[r * groups + g].x) * sums[t * groups + g];
+        acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scales[r][g]), _mm256_add_ps(first, second), acc[r][t]);
       }
     }
   }
@@ -191,7 +217,7 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::
   const float* sums = Q4 ? sum_tensor.data_ptr<float>() : nullptr;
   float* out_data = out.data_ptr<float>();
   const int64_t row_bytes = Q4 ? columns / 2 : columns;
-  const bool use_avx2 = vectorised && has_avx2();
+  const bool use_avx2 = vectorised && has_avx2() && groups <= kMaxGroups;
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
       const int64_t block = std::min(kTokenBlock, tokens - t0);
