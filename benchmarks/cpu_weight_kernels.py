@@ -1,14 +1,17 @@
-"""CPU benchmark of the int8 weight kernel (`--cpu-weights int8`) against the float32 matmul, on the matmuls of
-a model's decode step as `CausalLM.fuse_projections` runs them (q|k|v, o, gate|up, down and the logits
-projection), at each batch (default 1 and 16 rows).
+"""CPU benchmark of the quantized weight kernels (`--cpu-weights int4` and `int8`) against the float32 matmul, on
+the matmuls of a model's decode step as `CausalLM.fuse_projections` runs them (q|k|v, o, gate|up, down and the
+logits projection), at each batch (default 1 and 16 rows).
 
-Three int8 variants of torch's `_weight_int8pack_mm` on the same per-row int8 weight (`models/int8_weights.py`):
-bfloat16 activations (what the model runs, timed with its casts in and out of float32), and float32 and float16
-activations (the kernel's other paths). Each time is the best of `--repeats` calls after warm-up (fewer for the
-slowest: at least 3, within 2 s), on `--threads` torch threads; prints the table and the layers' matmul total of
-one decode step per batch. Then the model itself, loaded with `--cpu-weights float` and `int8`: one decode step
-(forward of one token per sequence over a 64-token context in the paged cache, and the logits), best of
-`--repeats`, per batch. Writes JSON.
+Candidates, on the same random weight of each shape: the float32 matmul; `BlockLinear` on Q4_1 blocks (Q8_0 for
+the logits, as GGUF imports store the table; what `int4` runs); torch's `_weight_int4pack_mm_for_cpu` on the same
+codes (bfloat16 activations, scales and outputs; Q8_0 as two int4 halves; what `int4` ran before); torch's
+`_weight_int8pack_mm` on per-row int8 codes with bfloat16 activations (what `int8` runs); and fbgemm's dynamic
+int8 linear (`quantized::linear_dynamic`, activations quantized per call: not exact, shown for speed only). Each
+variant holds one copy of the weight per layer (one for the logits) and is called on them in turn, so the
+weights come from memory as in a step; the time is the best of `--repeats` rounds after warm-up, per call, on
+`--threads` torch threads. Then the model itself, loaded with `--cpu-weights float`, `int8` and `int4`: one
+decode step (forward of one token per sequence over a 64-token context in the paged cache, and the logits), best
+of `--repeats`, per batch, the modes in turn within each round. Prints the tables; writes JSON.
 Usage: python -m benchmarks.cpu_weight_kernels [--model SmolLM2-135M-Instruct] [--batches 1,16] [--threads 1]
 """
 
@@ -23,16 +26,21 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.models.block_linear import BlockLinear
 from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
+from arbi_grpc.models.quantized_weights import GROUP_SIZE, QuantizedWeight
 
-VARIANTS = ("float32", "int8 bf16 (runs)", "int8 fp32 act", "int8 fp16 act")
+VARIANTS = ("float32", "int4 BlockLinear (runs)", "int4 torch int4pack", "int8 torch int8pack (runs)",
+            "fbgemm dynamic int8")
+MODES = ("float", "int8", "int4")
 CONTEXT_TOKENS, BLOCK_SIZE = 64, 16
 
 
@@ -61,39 +69,97 @@ def best_seconds(call: Callable[[], object], repeats: int, budget_s: float = 2.0
     return min(times)
 
 
-def time_shape(rows: int, columns: int, batch: int, repeats: int, generator: torch.Generator) -> dict[str, float]:
-    """Microseconds per call of each variant for x [batch, columns] @ w [rows, columns].T."""
-    weight = torch.randn(rows, columns, generator=generator) * 0.05
-    states = torch.randn(batch, columns, generator=generator)
-    quantized = Int8Weight.quantize(weight)
-    kernel = Int8Linear(quantized, None)
-    codes, scale = quantized.codes, quantized.scale
-    calls = {
-        "float32": lambda: F.linear(states, weight),
-        "int8 bf16 (runs)": lambda: kernel(states),
-        "int8 fp32 act": lambda: torch.ops.aten._weight_int8pack_mm(states, codes, scale.float()),
-        "int8 fp16 act": lambda: torch.ops.aten._weight_int8pack_mm(states.half(), codes, scale.half()),
+def random_blocks(kind: str, rows: int, columns: int, generator: torch.Generator) -> QuantizedWeight:
+    """A random Q4_1 ("q4") or Q8_0 ("q8") weight in its stored form."""
+    groups = columns // GROUP_SIZE
+    scale = (torch.rand(rows, groups, generator=generator) * 0.01 + 1e-3).half().float()
+    if kind == "q8":
+        return QuantizedWeight("q8", torch.randint(-128, 128, (rows, columns), generator=generator,
+                                                   dtype=torch.int8), scale, None)
+    codes = torch.randint(0, 256, (rows, columns // 2), generator=generator, dtype=torch.uint8)
+    return QuantizedWeight("q4", codes, scale, (torch.randn(rows, groups, generator=generator) * 0.01).half().float())
+
+
+def int4pack_call(weight: QuantizedWeight) -> Callable[[Tensor], Tensor]:
+    """torch's int4 kernel on `weight`'s codes (w = (q - 8) scale + zero per group; Q8_0 as two int4 halves)."""
+    integers = weight.integer_codes()
+    if weight.kind == "q8":
+        unsigned = integers + 128
+        integers = torch.cat((unsigned >> 4, unsigned & 0x0F), dim=1)
+        scales = torch.cat((16 * weight.scale, weight.scale), dim=1)
+        zeros = torch.cat((torch.zeros_like(weight.scale), 8 * weight.scale), dim=1)
+    else:
+        scales, zeros = weight.scale, weight.minimum + 8 * weight.scale
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(integers, 2)
+    scales_and_zeros = torch.stack((scales.t(), zeros.t()), dim=-1).to(torch.bfloat16).contiguous()
+    repeats = 2 if weight.kind == "q8" else 1
+
+    def call(states: Tensor) -> Tensor:
+        inputs = states.to(torch.bfloat16).repeat(1, repeats)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(inputs, packed, GROUP_SIZE, scales_and_zeros).float()
+    return call
+
+
+def fbgemm_call(weight: Tensor) -> Callable[[Tensor], Tensor]:
+    """fbgemm's dynamic int8 linear (per-row int8 weight, activations quantized per call)."""
+    scale = (weight.abs().amax(dim=1).double() / 127).clamp_min(1e-12)
+    codes = torch.quantize_per_channel(weight, scale, torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(codes, None)
+    return lambda states: torch.ops.quantized.linear_dynamic(states, packed, True)
+
+
+def variant_calls(name: str, rows: int, columns: int, generator: torch.Generator) -> dict[str, Callable]:
+    """{variant: x -> x @ w.T} for one random weight of the shape (the logits' as Q8_0, the layers' as Q4_1)."""
+    blocks = random_blocks("q8" if name == "logits" else "q4", rows, columns, generator)
+    dense = blocks.dequantize()
+    return {
+        "float32": lambda states: F.linear(states, dense),
+        "int4 BlockLinear (runs)": BlockLinear(blocks, None),
+        "int4 torch int4pack": int4pack_call(blocks),
+        "int8 torch int8pack (runs)": Int8Linear(Int8Weight.quantize(dense), None),
+        "fbgemm dynamic int8": fbgemm_call(dense),
     }
+
+
+def time_shape(name: str, rows: int, columns: int, batch: int, copies: int, repeats: int,
+               generator: torch.Generator) -> dict[str, float]:
+    """Microseconds per call of each variant for x [batch, columns] @ w [rows, columns].T, over `copies` weights."""
+    layers = [variant_calls(name, rows, columns, generator) for _ in range(copies)]
+    states = torch.randn(batch, columns, generator=generator)
+    times = {}
     with torch.inference_mode():
-        return {name: best_seconds(call, repeats) * 1e6 for name, call in calls.items()}
+        for variant in VARIANTS:
+            calls = [layer[variant] for layer in layers]
+            each = lambda: [call(states) for call in calls]  # noqa: E731
+            times[variant] = best_seconds(each, repeats) / copies * 1e6
+    return times
 
 
-def decode_step_ms(directory: Path, quantize_int8: bool, batches: list[int], repeats: int) -> dict[int, float]:
-    """{batch: ms} of one decode step of the loaded model: a token per sequence at position CONTEXT_TOKENS, then
-    the logits."""
-    model, config = load_model(directory, quantize_int8=quantize_int8)
+def decode_steps_ms(directory: Path, batches: list[int], repeats: int) -> dict[str, dict[int, float]]:
+    """{mode: {batch: ms}} of one decode step of the model loaded in each of MODES: a token per sequence at
+    position CONTEXT_TOKENS, then the logits; the modes take turns within each round, so load changes on a
+    shared machine reach them alike."""
+    models = {mode: load_model(directory, quantize_int8=mode == "int8", keep_quantized=mode == "int4")
+              for mode in MODES}
+    config = models["float"][1]
     blocks = -(-(CONTEXT_TOKENS + 1) // BLOCK_SIZE)
     kv_cache = PagedKVCache.for_model(config, num_blocks=blocks * max(batches), block_size=BLOCK_SIZE,
                                       dtype=torch.float32, device="cpu")
-    times = {}
+    times: dict[str, dict[int, float]] = {mode: {} for mode in MODES}
     for batch in batches:
         metadata = AttentionMetadata.build(
             query_lens=[1] * batch, seq_lens=[CONTEXT_TOKENS + 1] * batch,
             block_tables=[list(range(i * blocks, (i + 1) * blocks)) for i in range(batch)], block_size=BLOCK_SIZE)
         tokens, positions = torch.arange(batch), torch.full((batch,), CONTEXT_TOKENS)
+        best = {mode: float("inf") for mode in MODES}
         with torch.inference_mode():
-            step = lambda: model.compute_logits(model(tokens, positions, metadata, kv_cache))  # noqa: E731
-            times[batch] = best_seconds(step, repeats) * 1e3
+            for _ in range(repeats):
+                for mode, (model, _) in models.items():
+                    started = time.perf_counter()
+                    model.compute_logits(model(tokens, positions, metadata, kv_cache))
+                    best[mode] = min(best[mode], time.perf_counter() - started)
+        for mode in MODES:
+            times[mode][batch] = best[mode] * 1e3
     return times
 
 
@@ -110,25 +176,24 @@ def main() -> None:
     model = ModelConfig.from_hf_config(read_hf_config(directory))
     generator = torch.Generator().manual_seed(0)
     rows = []
-    print(f"| matmul | N x K | batch | {' | '.join(f'{v} us' for v in VARIANTS)} | int8 bf16 / float32 |")
+    base = VARIANTS[0]
+    print(f"| matmul | N x K | batch | {' | '.join(f'{v} us' for v in VARIANTS)} | int4 BlockLinear / float32 |")
     print(f"|---|---|---|{'---|' * len(VARIANTS)}---|")
     for batch in (int(b) for b in args.batches.split(",")):
         for name, (n, k, count) in matmul_shapes(model).items():
-            times = time_shape(n, k, batch, args.repeats, generator)
+            times = time_shape(name, n, k, batch, count, args.repeats, generator)
             rows.append({"matmul": name, "rows": n, "columns": k, "per_step": count, "batch": batch, "us": times})
             cells = " | ".join(f"{times[v]:,.1f}" for v in VARIANTS)
-            print(f"| {name} | {n} x {k} | {batch} | {cells} | {times[VARIANTS[1]] / times['float32']:.2f}x |")
+            print(f"| {name} | {n} x {k} | {batch} | {cells} | {times[VARIANTS[1]] / times[base]:.2f}x |")
     for batch in sorted({row["batch"] for row in rows}):
-        step = {v: sum(r["us"][v] * r["per_step"] for r in rows if r["batch"] == batch and r["matmul"] != "logits")
-                for v in VARIANTS[:2]}
-        print(f"batch {batch}: the layers' matmuls of one decode step {step['float32'] / 1e3:.1f} ms float32, "
-              f"{step[VARIANTS[1]] / 1e3:.1f} ms int8 ({step[VARIANTS[1]] / step['float32']:.2f}x)")
+        step = {v: sum(r["us"][v] * r["per_step"] for r in rows if r["batch"] == batch) for v in VARIANTS}
+        cells = ", ".join(f"{v} {step[v] / 1e3:.1f} ms" for v in VARIANTS)
+        print(f"batch {batch}: the matmuls of one decode step (layers and logits): {cells}")
     batches = sorted({row["batch"] for row in rows})
-    steps = {mode: decode_step_ms(directory, mode == "int8", batches, args.repeats) for mode in ("float", "int8")}
+    steps = decode_steps_ms(directory, batches, args.repeats)
     for batch in batches:
-        float_ms, int8_ms = steps["float"][batch], steps["int8"][batch]
-        print(f"batch {batch}: one decode step of the model (context {CONTEXT_TOKENS}, logits included) "
-              f"{float_ms:.1f} ms float, {int8_ms:.1f} ms int8 ({int8_ms / float_ms:.2f}x)")
+        cells = ", ".join(f"{mode} {steps[mode][batch]:.1f} ms" for mode in MODES)
+        print(f"batch {batch}: one decode step of the model (context {CONTEXT_TOKENS}, logits included): {cells}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"date": date.today().isoformat(), "model": args.model, "threads": args.threads,
                                     "rows": rows, "decode_step_ms": steps}, indent=2) + "\n")

@@ -24,11 +24,10 @@ from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
-from arbi_grpc.models.cpu_quantized_ops import PackedInt4Linear
+from arbi_grpc.models.block_linear import BlockEmbedding, BlockLinear
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
 from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
 from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
-from arbi_grpc.models.refined_logits import RefinedLogits
 from arbi_grpc.parallel.group import SINGLE_RANK, TensorParallelGroup
 
 # Reads the model's tensors (float, or block-quantized or int8 on the CPU) given their names and shapes:
@@ -265,18 +264,13 @@ class CausalLM(nn.Module):
         return self.model.norm.add_and_norm(states, residual)[0]
 
     def place_quantized(self, weights: dict[str, QuantizedWeight | Int8Weight]) -> None:
-        """Put block-quantized or int8 weights (CPU only) where their checkpoint names say: a projection keeps its
-        weight aside for `fused_linear` to pack. The embedding table and the output projection are dequantized, and
-        keep their quantized form aside for `fuse_projections`: the logits stay float32 where it matters
-        (`RefinedLogits`), since the int4 kernel's bfloat16 outputs alone (steps of 0.125 at a logit of 20) would
-        tie near-equal candidates and flip greedy choices."""
+        """Put block-quantized or int8 weights (CPU only) where their checkpoint names say: a projection, the
+        embedding table or the output projection keeps its weight aside (its float parameter removed) for
+        `fuse_projections` to bind a kernel to."""
         for name, weight in weights.items():
             module_name, _, parameter = name.rpartition(".")
             module = self.get_submodule(module_name)
-            if module_name in ("model.embed_tokens", "lm_head") and parameter == "weight":
-                module.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
-                module.quantized_weight = weight
-            elif isinstance(module, nn.Linear) and parameter == "weight":
+            if isinstance(module, (nn.Linear, nn.Embedding)) and parameter == "weight":
                 module.register_parameter("weight", None)
                 module.quantized_weight = weight
             else:
@@ -284,17 +278,24 @@ class CausalLM(nn.Module):
 
     def fuse_projections(self) -> None:
         """Merge q/k/v and gate/up weights into single matmuls and bind every projection's kernel, once the
-        weights are in place (`from_weights` does it; a model built without it refuses to run)."""
+        weights are in place (`from_weights` does it; a model built without it refuses to run). A block-quantized
+        output projection runs `BlockLinear` (float32 logits from the stored table) and a block-quantized
+        embedding table is looked up in place (`BlockEmbedding`), the two sharing one table when tied."""
         for layer in self.model.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
-        output = self.model.embed_tokens if self.lm_head is None else self.lm_head
-        quantized = getattr(output, "quantized_weight", None)
-        if quantized is not None and RefinedLogits.takes(quantized):
-            self.logits_projection = RefinedLogits(quantized, output.weight)
+        embedding = self.model.embed_tokens
+        output = embedding if self.lm_head is None else self.lm_head
+        output_weight = getattr(output, "quantized_weight", None)
+        if isinstance(output_weight, QuantizedWeight):
+            self.logits_projection = BlockLinear(output_weight, None)
         else:
-            self.logits_projection = DenseLinear(self.ops, output.weight, None)
-        for module in (self.model.embed_tokens, self.lm_head):
+            self.logits_projection = DenseLinear(self.ops, _dequantized(output), None)
+        embedded = getattr(embedding, "quantized_weight", None)
+        if isinstance(embedded, QuantizedWeight):
+            table = self.logits_projection if embedded is output_weight else BlockLinear(embedded, None)
+            self.model.embed_tokens = BlockEmbedding(table)
+        for module in (embedding, self.lm_head):
             if module is not None and hasattr(module, "quantized_weight"):
                 del module.quantized_weight
         self.projections_fused = True
@@ -332,11 +333,10 @@ def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
     if all(weight is not None for weight in quantized) and len({weight.kind for weight in quantized}) == 1:
         is_int8 = quantized[0].kind == Int8Weight.kind
         merged = Int8Weight.concatenate(quantized) if is_int8 else concatenate(quantized)
-        if is_int8 or PackedInt4Linear.packs(merged.shape):
-            kernel = (Int8Linear if is_int8 else PackedInt4Linear)(merged, _shared_bias(*layers))
-            for layer in layers:
-                del layer.quantized_weight
-            return kernel
+        kernel = (Int8Linear if is_int8 else BlockLinear)(merged, _shared_bias(*layers))
+        for layer in layers:
+            del layer.quantized_weight
+        return kernel
     for layer, weight in zip(layers, quantized):
         if weight is not None:
             layer.weight = nn.Parameter(weight.dequantize(), requires_grad=False)
@@ -344,6 +344,14 @@ def fused_linear(ops: DecoderOps, *layers: nn.Linear) -> LinearOp:
     if len(layers) == 1:
         return DenseLinear(ops, layers[0].weight, layers[0].bias)
     return DenseLinear(ops, *fuse_linear_weights(*layers))
+
+
+def _dequantized(module: nn.Module) -> Tensor:
+    """The module's float weight, its quantized one (`place_quantized`) dequantized in its place when it has one."""
+    quantized = getattr(module, "quantized_weight", None)
+    if quantized is not None:
+        module.weight = nn.Parameter(quantized.dequantize(), requires_grad=False)
+    return module.weight
 
 
 def _shared_bias(*layers: nn.Linear) -> Tensor | None:

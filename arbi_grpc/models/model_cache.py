@@ -58,10 +58,14 @@ class CachedModel:
     source: str
 
 
-def default_cache_root() -> Path:
+def cache_base() -> Path:
+    """`$ARBI_CACHE_DIR`, else `~/.cache/arbi-serve`: the models' cache and the built CPU kernels'."""
     configured = os.environ.get(CACHE_DIR_ENV)
-    base = Path(configured).expanduser() if configured else Path.home() / ".cache" / "arbi-serve"
-    return base / "models"
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "arbi-serve"
+
+
+def default_cache_root() -> Path:
+    return cache_base() / "models"
 
 
 def resolve_model(spec: str, cache_root: Path | None = None) -> ResolvedModel:

@@ -2,12 +2,11 @@
 then holds, without torch: what `plan` and the boot's estimate count (the measured budget counts the loaded
 tensors themselves).
 
-The byte count follows `CausalLM.fuse_projections`: a fused group (q/k/v, gate/up) whose members share one kind
-and a shape the int4 kernel packs is held packed (`cpu_quantized_ops.PackedInt4Linear`: half a byte per weight,
-twice for q8, plus a bfloat16 scale and zero per 32); an int8 group is held as int8 codes and a bfloat16 scale
-per row (`int8_weights.Int8Linear`); any other group is float, and so are the embedding table and the output
-projection (dequantized to float32 when stored quantized). A q8 output projection is also held packed, with its
-scales' magnitudes in float32 (`refined_logits.RefinedLogits`).
+The byte count follows `CausalLM.fuse_projections`: a fused group (q/k/v, gate/up) whose members share one block
+kind is held as stored (`block_linear.BlockLinear`: q4 half a byte per weight plus a float16 scale and minimum per
+32, q8 a byte plus a float16 scale per 32); an int8 group is held as int8 codes and a bfloat16 scale per row
+(`int8_weights.Int8Linear`); any other group is float (dequantized matrices in float32). A block-quantized
+embedding table and output projection are held as stored too, once when tied (`BlockEmbedding`).
 """
 
 from __future__ import annotations
@@ -26,8 +25,6 @@ GGUF_KINDS = {"Q4_0": "q4", "Q4_1": "q4", "Q8_0": "q8"}
 QUANTIZED_WEIGHTS_FILE = "quantized/model.safetensors"
 GROUP = 32
 _SUFFIX_KINDS = {".q4": "q4", ".q8": "q8"}
-_KERNEL_ROWS, _KERNEL_COLUMNS = 16, 32
-_KERNEL_SCALE_BYTES = 2 * 2  # bfloat16 scale and zero
 INT8 = "int8"
 _INT8_SCALE_BYTES = 2
 
@@ -54,12 +51,10 @@ def with_stored_quantization(model: ModelConfig, model_dir: Path) -> ModelConfig
     return dataclasses.replace(model, quantized_matrices=tuple(sorted(kinds.items())))
 
 
-def _packed(kind: str, rows: int, columns: int) -> int | None:
-    """Bytes of a [rows, columns] matrix packed for the int4 kernel; None when it cannot be packed."""
-    if rows % _KERNEL_ROWS or columns % _KERNEL_COLUMNS:
-        return None
-    width = 2 * columns if kind == "q8" else columns
-    return rows * width // 2 + rows * (width // GROUP) * _KERNEL_SCALE_BYTES
+def _stored(kind: str, rows: int, columns: int) -> int:
+    """Bytes of a [rows, columns] matrix as `BlockLinear` holds it: the stored codes, float16 scales (and minimums)."""
+    groups = rows * (columns // GROUP)
+    return rows * columns // 2 + groups * 4 if kind == "q4" else rows * columns + groups * 2
 
 
 def _layer_groups(model: ModelConfig) -> Iterator[tuple[list[str], list[int], int]]:
@@ -90,9 +85,8 @@ def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) ->
         kind = found.pop() if len(found) == 1 else None
         if kind == INT8:  # `int8_weights.Int8Linear`: a byte per weight and a bfloat16 scale per row
             return sum(rows) * (columns + _INT8_SCALE_BYTES)
-        packed = _packed(kind, sum(rows), columns) if kind is not None else None
-        if packed is not None:
-            return packed
+        if kind is not None:
+            return _stored(kind, sum(rows), columns)
         return sum(row * columns * (4 if name in kinds else element) for name, row in zip(names, rows))
 
     total = hidden * element  # the final norm
@@ -100,13 +94,13 @@ def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) ->
     per_layer = 2 * hidden + (query + 2 * kv if model.attention_bias else 0)
     per_layer += (hidden if model.output_projection_bias else 0) + (2 * model.head_dim if model.qk_norm else 0)
     total += model.num_layers * per_layer * element
-    # The embedding table and the output projection are held in float (`CausalLM.place_quantized`).
     embedding = model.vocab_size * hidden
-    total += embedding * (4 if "model.embed_tokens.weight" in kinds else element)
+
+    def table(name: str) -> int:
+        kind = kinds.get(name)
+        return _stored(kind, model.vocab_size, hidden) if kind in ("q4", "q8") else embedding * element
+
+    total += table("model.embed_tokens.weight")
     if not model.tie_word_embeddings:
-        total += embedding * (4 if "lm_head.weight" in kinds else element)
-    output = "model.embed_tokens.weight" if model.tie_word_embeddings else "lm_head.weight"
-    refined = _packed("q8", model.vocab_size, hidden) if kinds.get(output) == "q8" else None
-    if refined is not None:
-        total += refined + model.vocab_size * (hidden // GROUP) * 4
+        total += table("lm_head.weight")
     return total

@@ -1,0 +1,98 @@
+"""`BlockLinear`, the CPU kernel of block-quantized weights, against the float64 product with the dequantized
+weight on fresh random inputs (the vectorised and the plain C++ paths, the matrix-vector kernel and the
+dequantize-then-matmul path above `SMALL_BATCH`); its batch rows independent of each other; its dequantization
+and embedding rows equal to `QuantizedWeight.dequantize()` exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from arbi_grpc.models.block_linear import SMALL_BATCH, BlockEmbedding, BlockLinear
+from arbi_grpc.models.quantized_weights import QuantizedWeight
+
+# float32 accumulation: each output within this fraction of sum_k |x_k w_k| (+ |bias|) of the exact product.
+_FLOAT32_BOUND = 2.0**-18
+
+
+def random_quantized(kind: str, rows: int, columns: int, generator: torch.Generator) -> QuantizedWeight:
+    groups = columns // 32
+    scale = (torch.rand(rows, groups, generator=generator) * 0.02 + 1e-3).half().float()  # GGUF's float16 d
+    if kind == "q8":
+        codes = torch.randint(-128, 128, (rows, columns), generator=generator, dtype=torch.int8)
+        return QuantizedWeight("q8", codes, scale, None)
+    codes = torch.randint(0, 256, (rows, columns // 2), generator=generator, dtype=torch.uint8)
+    return QuantizedWeight("q4", codes, scale, (torch.randn(rows, groups, generator=generator) * 0.05).half().float())
+
+
+def within_float32(actual: torch.Tensor, states: torch.Tensor, dense: torch.Tensor, bias: torch.Tensor) -> bool:
+    exact = states.double() @ dense.double().T + bias.double()
+    bound = _FLOAT32_BOUND * (states.double().abs() @ dense.double().abs().T + bias.double().abs())
+    return bool(((actual.double() - exact).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("kind", ["q4", "q8"])
+@pytest.mark.parametrize("num_tokens", [1, 6, SMALL_BATCH + 1])
+def test_linear_matches_the_dequantized_weight(kind: str, num_tokens: int, torch_generator) -> None:
+    weight = random_quantized(kind, 40, 96, torch_generator)
+    bias = torch.randn(40, generator=torch_generator)
+    states = torch.randn(num_tokens, 96, generator=torch_generator)
+
+    actual = BlockLinear(weight, bias)(states)
+
+    assert actual.dtype == torch.float32 and actual.shape == (num_tokens, 40)
+    assert within_float32(actual, states, weight.dequantize(), bias)
+
+
+@pytest.mark.parametrize("kind", ["q4", "q8"])
+@pytest.mark.parametrize("vectorised", [True, False])
+def test_kernel_paths_match_the_dequantized_weight(kind: str, vectorised: bool, torch_generator) -> None:
+    weight = random_quantized(kind, 24, 160, torch_generator)
+    states = torch.randn(7, 160, generator=torch_generator)
+    linear = BlockLinear(weight, None)
+
+    if kind == "q4":
+        actual = linear.kernels.q4_linear(states, linear.codes, linear.scale, linear.minimum, vectorised)
+    else:
+        actual = linear.kernels.q8_linear(states, linear.codes, linear.scale, vectorised)
+
+    assert within_float32(actual, states, weight.dequantize(), torch.zeros(24))
+
+
+@pytest.mark.parametrize("kind", ["q4", "q8"])
+def test_a_row_does_not_depend_on_its_batch(kind: str, torch_generator) -> None:
+    linear = BlockLinear(random_quantized(kind, 64, 128, torch_generator), None)
+    states = torch.randn(SMALL_BATCH, 128, generator=torch_generator)
+
+    batched = linear(states)
+
+    for row in (0, 5, SMALL_BATCH - 1):
+        assert torch.equal(batched[row], linear(states[row: row + 1])[0])
+
+
+@pytest.mark.parametrize("kind", ["q4", "q8"])
+def test_dequantization_and_embedding_rows_are_exact(kind: str, torch_generator) -> None:
+    weight = random_quantized(kind, 50, 64, torch_generator)
+    linear = BlockLinear(weight, None)
+    ids = torch.tensor([3, 0, 49, 3])
+
+    assert torch.equal(linear.dequantize(), weight.dequantize())
+    assert torch.equal(BlockEmbedding(linear)(ids), weight.dequantize()[ids])
+
+
+def test_bfloat16_inputs_give_bfloat16_outputs(torch_generator) -> None:
+    weight = random_quantized("q4", 16, 64, torch_generator)
+    states = torch.randn(2, 64, generator=torch_generator).bfloat16()
+
+    actual = BlockLinear(weight, None)(states)
+
+    assert actual.dtype == torch.bfloat16
+    torch.testing.assert_close(actual, (states.float() @ weight.dequantize().T).bfloat16())
+
+
+def test_a_scale_float16_cannot_hold_is_refused(torch_generator) -> None:
+    weight = random_quantized("q8", 16, 64, torch_generator)
+    weight.scale[3, 1] = 1e-3 + 2**-30
+
+    with pytest.raises(ValueError, match="not a float16 value"):
+        BlockLinear(weight, None)
