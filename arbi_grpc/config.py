@@ -20,6 +20,7 @@ MIB = 1024 * 1024
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
 EMBEDDING_POOLINGS = ("auto", "last", "mean")  # a decoder model's (embeddings/decoder_embedder.py)
+CPU_WEIGHT_FORMS = ("auto", "float", "int4", "int8")  # auto: models/quantized_layout.cpu_weight_form
 MAX_KV_EXACT_BLOCKS = 16
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 # --max-running-requests 0 (auto, `memory/running_requests.py`): as many sequences of TYPICAL_SEQUENCE_TOKENS as
@@ -113,7 +114,8 @@ class _EngineFields(SchedulingLimits):
         "auto", "weights and activations dtype: float32, bfloat16 or auto (float32 on cpu, bfloat16 on cuda)"
     )
     attention_backend: str = setting(
-        "auto", "attention implementation: torch, triton, flashinfer or auto (torch on cpu, triton on cuda)"
+        "auto", "attention implementation: torch (torch's ops; on cpu, decodes over a float32 cache by a C++ "
+                "kernel), triton, flashinfer or auto (torch on cpu, triton on cuda)"
     )
     cuda_graph_max_batch: int = setting(
         256, "largest decode batch replayed from a CUDA graph captured at boot (0 = no CUDA graphs)"
@@ -176,13 +178,12 @@ class _EngineFields(SchedulingLimits):
            "vocabulary must divide by it"
     )
     cpu_weights: str = setting(
-        "float", "on the CPU, the layers' matrices: float (a GGUF import's Q4_0/Q4_1/Q8_0 matrices dequantized to "
-                 "float32), int4 (a GGUF import's kept quantized, run by torch's int4 kernel with bfloat16 "
-                 "activations: ~3x faster decode, 1/4 of the weight memory, logits within ~0.2 nats, greedy choices "
-                 "may flip at near-ties and with batching) or int8 (any float checkpoint's quantized at load to "
-                 "per-row int8, run by torch's int8 kernel with bfloat16 activations: 0.41x the float32 weight "
-                 "memory on SmolLM2, wikitext-2 perplexity within 0.5%, greedy choices flip at near-ties); the "
-                 "embeddings and the logits projection stay float (docs/cpu_weights.md)"
+        "auto", "on the CPU, the layers' matrices: auto (int4 for a GGUF import with Q4_0/Q4_1/Q8_0 matrices when a "
+                "C++ compiler is found, else float), float (a GGUF import's matrices dequantized to float32), int4 "
+                "(a GGUF import's kept as stored and run by arbi-serve's C++ kernel in float32: logits within 1e-4 "
+                "nats of the dequantized model's, a quarter of its memory) or int8 (any float checkpoint's "
+                "quantized at load to per-row int8 and run by torch's int8 kernel: wikitext-2 perplexity within "
+                "0.5%, greedy choices flip at near-ties) (docs/cpu_weights.md)"
     )
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
@@ -225,9 +226,9 @@ class EngineConfig(_EngineFields):
         if self.torch_threads < 0:
             raise InvalidArgumentError("torch_threads", f"must be >= 0, got {self.torch_threads}")
         check_tensor_parallel(self)
-        if self.cpu_weights not in ("float", "int4", "int8"):
+        if self.cpu_weights not in CPU_WEIGHT_FORMS:
             raise InvalidArgumentError("cpu_weights",
-                                       f"must be 'float', 'int4' or 'int8', got {self.cpu_weights!r}")
+                                       f"must be 'auto', 'float', 'int4' or 'int8', got {self.cpu_weights!r}")
         if self.cpu_weights == "int8" and (self.device != "cpu" or self.tensor_parallel_size > 1):
             raise InvalidArgumentError(
                 "cpu_weights", f"int8 runs on the CPU with one rank (torch's CPU int8 kernel), not on "

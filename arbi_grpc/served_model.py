@@ -8,7 +8,7 @@ budget per rank.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -39,7 +39,7 @@ from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.decoder import CausalLM
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import default_cache_root, resolve_model
-from arbi_grpc.models.quantized_layout import with_stored_quantization
+from arbi_grpc.models.quantized_layout import cpu_weight_form, with_stored_quantization
 from arbi_grpc.observability.engine_metrics import EngineMetricsObserver
 from arbi_grpc.observability.engine_observer import EngineObserver
 from arbi_grpc.observability.metrics import ModelMetrics
@@ -111,6 +111,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
     declared = with_stored_quantization(  # config.json and the quantized file's header, no weights
         ModelConfig.from_hf_config(read_hf_config(resolved.directory)), resolved.directory)
     rank_declared = per_rank_model_config(declared, world_size)  # refuses shapes that do not split
+    config = replace(config, cpu_weights=cpu_weight_form(config.cpu_weights, config.device, world_size, declared))
     set_rank_threads(config, world_size)
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
     subject = f"model {name!r}"

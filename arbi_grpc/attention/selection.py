@@ -28,6 +28,10 @@ def select_attention_backend(config: EngineConfig) -> AttentionBackend:
     """The backend named by `config.attention_backend` (already resolved from "auto" by EngineConfig)."""
     if config.kv_cache_dtype == "tkv":
         return _select_tkv_backend(config)
+    if config.attention_backend == "torch" and config.device == "cpu":
+        from arbi_grpc.attention.cpu_paged import cpu_paged_attention  # builds its C++ kernel on first use
+
+        return cpu_paged_attention()
     if config.attention_backend == "torch":
         return TorchPagedAttention.for_device(config.device)
     if config.attention_backend == "triton":

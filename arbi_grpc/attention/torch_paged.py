@@ -132,15 +132,23 @@ class TorchPagedAttention(DecodeGroups):
             key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
         key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key)
         value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value)
+        output = self.attend_decodes(query, key_cache, value_cache, metadata, block_size)
+        if not metadata.prefill_sequence_indices:
+            return output
+        query_starts = (0, *accumulate(metadata.query_lens_host))
+        for sequence in metadata.prefill_sequence_indices:
+            _attend_prefill(query, key_cache, value_cache, block_size, metadata, sequence, query_starts, output)
+        return output
+
+    def attend_decodes(self, query: Tensor, key_cache: Tensor, value_cache: Tensor, metadata: AttentionMetadata,
+                       block_size: int) -> Tensor:
+        """[T, H, D] holding every decode query's attention in its row (prefill rows: the caller's to fill)."""
         groups = self.decode_plan(metadata, block_size, query.dtype)
         if len(groups) == 1 and groups[0].token_rows is None:
             return _attend_decodes(query, key_cache, value_cache, groups[0])
         output = torch.empty_like(query)  # [T, H, D]
         for group in groups:
             output.index_copy_(0, group.token_rows, _attend_decodes(query, key_cache, value_cache, group))
-        query_starts = (0, *accumulate(metadata.query_lens_host))
-        for sequence in metadata.prefill_sequence_indices:
-            _attend_prefill(query, key_cache, value_cache, block_size, metadata, sequence, query_starts, output)
         return output
 
 

@@ -33,7 +33,7 @@ from arbi_grpc.memory.cuda_estimate import (
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.quantized_layout import cpu_weight_bytes, int8_kinds
+from arbi_grpc.models.quantized_layout import cpu_weight_bytes, cpu_weight_form, int8_kinds
 
 LOGITS_BYTES = 4  # logits, log-probabilities and sampling run in float32 whatever the model's dtype
 # Measured on engine/sampler.py's heaviest path (penalties, top-k/top-p/min-p, 20 top log-probabilities):
@@ -43,8 +43,9 @@ SAMPLER_VOCAB_VECTORS = 3
 # Around a fused add + norm a decoder layer holds the residual stream, the layer output added to it, their sum,
 # its normalised copy and the norm's temporaries (fitted to the profile: tests/unit/memory/test_estimate.py).
 RESIDUAL_COPIES = 6
-# The SwiGLU MLP holds the fused gate|up product ([tokens, 2 x intermediate]); silu and the product run in place.
-MLP_COPIES = 2
+# The SwiGLU MLP holds the fused gate|up product ([tokens, 2 x intermediate]) and silu(gate) * up beside it (the
+# CPU kernel's output; torch's ops, its fallback, work in place and take one copy less).
+MLP_COPIES = 3
 # TKV keeps a scale and a shift for keys and for values per layer (docs/tkv.md).
 TKV_TRANSFORMS_PER_LAYER = 4
 
@@ -113,11 +114,12 @@ def estimate_budget(
     count = parameter_count(model)
     element = ELEMENT_BYTES[config.dtype]
     weight_bytes, weight_detail = count * element, f"{count:,} parameters x {element} bytes ({config.dtype})"
-    if config.device == "cpu" and config.cpu_weights == "int4" and model.quantized_matrices:  # `quantized_layout`
+    cpu_weights = cpu_weight_form(config.cpu_weights, config.device, config.tensor_parallel_size, model)
+    if config.device == "cpu" and cpu_weights == "int4" and model.quantized_matrices:  # `quantized_layout`
         weight_bytes = cpu_weight_bytes(model, dict(model.quantized_matrices), element)
         weight_detail = (f"{count:,} parameters, {len(model.quantized_matrices)} matrices block-quantized, the rest "
                          f"{element} bytes ({config.dtype})")
-    elif config.device == "cpu" and config.cpu_weights == "int8":
+    elif config.device == "cpu" and cpu_weights == "int8":
         kinds = int8_kinds(model)
         weight_bytes = cpu_weight_bytes(model, kinds, element)
         weight_detail = (f"{count:,} parameters, {len(kinds)} layer matrices int8 with a bfloat16 scale per row, "

@@ -2,9 +2,7 @@
 stored): y = x @ w.T in float32 from the codes, scales and minimums themselves.
 
 The scales and minimums are held as float16, GGUF's own precision (exactly the stored float32 values).
-`csrc/block_linear.cpp` holds the kernel, a torch operator library built on first use with the machine's C++
-compiler (`$CXX`, else `c++`) against the installed torch, and cached under `$ARBI_CACHE_DIR/kernels` (else
-`~/.cache/arbi-serve/kernels`), one file per source, torch version and flags (`build_kernels`; about 15 s).
+`csrc/block_linear.cpp` holds the kernel, built on first use (`cpu_extensions`; about 15 s).
 Up to `SMALL_BATCH` rows it reads the codes directly (a matrix-vector kernel: AVX2 + FMA where the CPU has them),
 each row's arithmetic independent of the others, so a row's output does not depend on the batch; above, the
 weight is dequantized into a float32 scratch matrix and multiplied by torch's float32 matmul (a GEMM reuses each
@@ -14,22 +12,17 @@ weight across rows, which the matrix-vector kernel does not). Both equal the flo
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import os
-import subprocess
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from arbi_grpc.models.model_cache import cache_base
+from arbi_grpc.cpu_extensions import load_cpu_extension
 from arbi_grpc.models.quantized_weights import QuantizedWeight
 
-SMALL_BATCH = 16  # rows up to which the matrix-vector kernel runs (benchmarks/cpu_weight_kernels.py)
 _SOURCE = Path(__file__).with_name("csrc") / "block_linear.cpp"
-_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-Wno-c++20-extensions")
+SMALL_BATCH = 16  # rows up to which the matrix-vector kernel runs (benchmarks/cpu_weight_kernels.py)
 
 
 class BlockLinear(nn.Module):
@@ -43,7 +36,7 @@ class BlockLinear(nn.Module):
         self.register_buffer("scale", _float16(weight.scale, "scale"))
         self.register_buffer("minimum", None if weight.minimum is None else _float16(weight.minimum, "minimum"))
         self.register_buffer("bias", bias)
-        self.kernels = build_kernels()
+        self.kernels = load_cpu_extension(_SOURCE)
 
     def dequantize(self) -> Tensor:
         """w [N, K] float32, equal to `QuantizedWeight.dequantize()`."""
@@ -88,35 +81,3 @@ class BlockEmbedding(nn.Module):
 
     def forward(self, input_ids: Tensor) -> Tensor:
         return self.table.rows(input_ids)
-
-
-@functools.cache
-def build_kernels():
-    """`torch.ops.arbi_block_linear`, compiling the library first when the cache lacks it."""
-    torch_dir = Path(torch.__file__).parent
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    compiler = os.environ.get("CXX", "c++")
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, torch.__version__.encode(), compiler.encode(), *map(str.encode, _FLAGS),
-                                     str(abi).encode()])).hexdigest()[:16]
-    library = cache_base() / "kernels" / f"block_linear-{key}.so"
-    if not library.is_file():
-        library.parent.mkdir(parents=True, exist_ok=True)
-        partial = library.with_suffix(f".{os.getpid()}.tmp")
-        command = [
-            compiler, *_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
-            str(_SOURCE), "-o", str(partial),
-            f"-L{torch_dir / 'lib'}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}",
-        ]
-        try:
-            built = subprocess.run(command, capture_output=True, text=True)
-        except OSError as error:
-            raise RuntimeError(f"the CPU block-quantized kernel needs a C++ compiler ({compiler!r}: {error}); "
-                               "install one (g++) or set $CXX") from error
-        if built.returncode != 0:
-            partial.unlink(missing_ok=True)
-            raise RuntimeError(f"building {_SOURCE.name} failed ({' '.join(command)}):\n{built.stderr[-4000:]}")
-        os.replace(partial, library)  # atomic: concurrent builders each install a whole file
-    torch.ops.load_library(str(library))
-    return torch.ops.arbi_block_linear

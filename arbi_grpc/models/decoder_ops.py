@@ -1,5 +1,6 @@
-"""The kernels the decoder runs, chosen once when the model is built (`decoder_ops_for`): the torch reference
-on any device, or arbi_kernels' fused Triton kernels on CUDA (`triton_decoder_ops`). The decoder calls one
+"""The kernels the decoder runs, chosen once when the model is built (`decoder_ops_for`): arbi_kernels' fused
+Triton kernels on CUDA (`triton_decoder_ops`), C++ kernels on the CPU (`cpu_decoder_ops`), or the torch reference
+here, which runs on any device. The decoder calls one
 `DecoderOps` object and never looks at a tensor's device.
 """
 
@@ -53,13 +54,17 @@ class DecoderOps(Protocol):
 
 
 def decoder_ops_for(device: torch.device, inverse_frequencies: Tensor, max_positions: int) -> DecoderOps:
-    """The Triton kernels on CUDA, the torch reference elsewhere; `inverse_frequencies` [D / 2] (on `device`)
-    define the rotary angles of positions below `max_positions`."""
+    """The Triton kernels on CUDA, the C++ ones on the CPU; `inverse_frequencies` [D / 2] (on `device`) define
+    the rotary angles of positions below `max_positions`."""
     if device.type == "cuda":
         # Imported here: it imports triton, which a CPU server never loads.
         from arbi_grpc.models.triton_decoder_ops import TritonDecoderOps
 
         return TritonDecoderOps(inverse_frequencies, max_positions)
+    if device.type == "cpu":
+        from arbi_grpc.models.cpu_decoder_ops import cpu_decoder_ops  # it imports this module
+
+        return cpu_decoder_ops(inverse_frequencies)
     return TorchDecoderOps(inverse_frequencies)
 
 

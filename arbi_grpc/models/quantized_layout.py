@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from arbi_grpc.models.config import ModelConfig
+from arbi_grpc.cpu_extensions import compiler_found
 
 # The GGUF block formats the import keeps (`gguf/quantized_tensors.py`), by GGML type name.
 GGUF_KINDS = {"Q4_0": "q4", "Q4_1": "q4", "Q8_0": "q8"}
@@ -43,6 +44,15 @@ def stored_kinds(weights_file: Path) -> dict[str, str]:
             if name.endswith(suffix):
                 kinds[name[: -len(suffix)]] = kind
     return kinds
+
+
+def cpu_weight_form(cpu_weights: str, device: str, world_size: int, model: ModelConfig) -> str:
+    """What `--cpu-weights` holds for `model`: an explicit form as given; auto is int4 for a GGUF import with
+    block-quantized matrices served by one CPU rank when a C++ compiler is found for its kernel, else float."""
+    if cpu_weights != "auto":
+        return cpu_weights
+    quantized = device == "cpu" and world_size == 1 and bool(model.quantized_matrices)
+    return "int4" if quantized and compiler_found() else "float"
 
 
 def with_stored_quantization(model: ModelConfig, model_dir: Path) -> ModelConfig:

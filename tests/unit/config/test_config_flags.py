@@ -116,7 +116,8 @@ def test_int8_cpu_weights_run_on_one_cpu_rank_only() -> None:
         EngineConfig(device="cuda", cpu_weights="int8")
     with pytest.raises(InvalidArgumentError, match=r"cpu_weights: int8 .* not on 'cpu' with tensor_parallel_size 2"):
         EngineConfig(tensor_parallel_size=2, cpu_weights="int8")
-    with pytest.raises(InvalidArgumentError, match=r"cpu_weights: must be 'float', 'int4' or 'int8', got 'int2'"):
+    with pytest.raises(InvalidArgumentError,
+                       match=r"cpu_weights: must be 'auto', 'float', 'int4' or 'int8', got 'int2'"):
         EngineConfig(cpu_weights="int2")
 
 

@@ -1,4 +1,5 @@
-"""The torch reference paged attention against plain dense causal attention, and the metadata it reads."""
+"""The torch reference paged attention and the CPU backend (its decodes by the C++ kernel) against plain dense
+causal attention, and the metadata they read."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from arbi_grpc.attention.metadata import AttentionMetadata, token_positions
 from arbi_grpc.attention.paged_kv_cache import PagedKVCache
+from arbi_grpc.attention.cpu_paged import CpuPagedAttention, cpu_paged_attention
 from arbi_grpc.attention.torch_paged import TorchPagedAttention
 from tests.unit.models.paged_harness import PagedStepRunner, chunked_schedule, tokens_needed
 
@@ -73,7 +75,7 @@ def _expected(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer
     return dense_causal_attention(query * (layer + 1), key * (layer + 1), value * (layer + 1))
 
 
-@pytest.mark.parametrize("decode_group_size", [2, 16])
+@pytest.mark.parametrize("decode_group_size", [2, 16, "cpu kernel"])
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (6, 2), (8, 1)])
 def test_chunked_prefill_and_decode_match_dense(decode_group_size, block_size, heads, kv_heads, rng, torch_generator):
@@ -81,20 +83,23 @@ def test_chunked_prefill_and_decode_match_dense(decode_group_size, block_size, h
     steps = chunked_schedule(rng, prompt_lens, decode_steps=4)
     lengths = [tokens_needed(steps)[sequence] for sequence in range(len(prompt_lens))]
     sequences = _random_sequences(torch_generator, lengths, heads, kv_heads)
-    backend = TorchPagedAttention(max_decode_group_size=decode_group_size)
+    backend = (cpu_paged_attention() if decode_group_size == "cpu kernel"
+               else TorchPagedAttention(max_decode_group_size=decode_group_size))
     outputs = _play(rng, steps, sequences, block_size, num_layers=2, num_blocks=200, backend=backend)
     for layer, layer_outputs in enumerate(outputs):
         for sequence, (query, key, value) in sequences.items():
             torch.testing.assert_close(layer_outputs[sequence], _expected(query, key, value, layer))
 
 
-def test_a_bfloat16_cache_under_float32_activations_stores_rounded_keys_and_values(rng, torch_generator):
+@pytest.mark.parametrize("kind", ["torch", "cpu"])
+def test_a_bfloat16_cache_under_float32_activations_stores_rounded_keys_and_values(kind, rng, torch_generator):
     """--dtype float32 --kv-cache-dtype bfloat16: attention sees exactly the bf16-rounded K/V, in float32."""
     prompt_lens = [rng.randint(2, 30) for _ in range(3)]
     steps = chunked_schedule(rng, prompt_lens, decode_steps=3)
     lengths = [tokens_needed(steps)[sequence] for sequence in range(len(prompt_lens))]
     sequences = _random_sequences(torch_generator, lengths, 6, 2)
-    outputs = _play(rng, steps, sequences, block_size=4, num_layers=1, kv_dtype=torch.bfloat16)[0]
+    backend = cpu_paged_attention() if kind == "cpu" else TorchPagedAttention()
+    outputs = _play(rng, steps, sequences, block_size=4, num_layers=1, kv_dtype=torch.bfloat16, backend=backend)[0]
     for sequence, (query, key, value) in sequences.items():
         assert outputs[sequence].dtype == torch.float32
         rounded = dense_causal_attention(query, key.bfloat16().float(), value.bfloat16().float())
@@ -104,10 +109,11 @@ def test_a_bfloat16_cache_under_float32_activations_stores_rounded_keys_and_valu
 
 @pytest.mark.parametrize(
     "backend",
-    [TorchPagedAttention(), TorchPagedAttention(max_decode_group_size=5, max_decode_group_tokens=96)],
-    ids=["default-groups", "small-groups"],
+    [TorchPagedAttention(), TorchPagedAttention(max_decode_group_size=5, max_decode_group_tokens=96), "cpu kernel"],
+    ids=["default-groups", "small-groups", "cpu-kernel"],
 )
 def test_large_decode_only_batch_matches_dense(backend, rng, torch_generator):
+    backend = cpu_paged_attention() if backend == "cpu kernel" else backend
     lengths = [rng.randint(1, 40) for _ in range(48)]
     sequences = _random_sequences(torch_generator, lengths, heads=6, kv_heads=3)
     # Prefill everything but the last token (one-token prompts have nothing to prefill), then one decode step.
@@ -117,6 +123,17 @@ def test_large_decode_only_batch_matches_dense(backend, rng, torch_generator):
     outputs = _play(rng, [prefill, decode], sequences, block_size=8, num_layers=1, num_blocks=48 * 5, backend=backend)
     for sequence, (query, key, value) in sequences.items():
         torch.testing.assert_close(outputs[0][sequence][-1:], _expected(query, key, value, 0)[-1:])
+
+
+def test_the_cpu_kernel_refuses_a_block_id_outside_the_pool():
+    backend = cpu_paged_attention()
+    assert isinstance(backend, CpuPagedAttention)
+    cache = PagedKVCache(num_layers=1, num_blocks=2, block_size=4, num_kv_heads=1, head_dim=8, dtype=torch.float32,
+                         device="cpu")
+    metadata = AttentionMetadata.build(query_lens=[1], seq_lens=[3], block_tables=[[5]], block_size=4)
+    query = torch.randn(1, 2, 8)
+    with pytest.raises(RuntimeError, match="block id out of range"):
+        backend.attend_decodes(query, *cache.layer(0), metadata, cache.block_size)
 
 
 def test_decode_groups_respect_both_limits(rng):

@@ -1,0 +1,112 @@
+// Decode attention over a float32 paged KV cache on the CPU, read in place through the block tables (no gathered
+// copy of the context): the CPU kernel of `attention/cpu_paged.py`.
+//   query [T, H, D] (rows `token_rows` are decode queries), key_cache / value_cache [num_blocks, block_size, Hkv, D],
+//   block_tables [B, max_blocks] int32, seq_lens [B] int32, sequences [N] int64 (the decode sequences),
+//   token_rows [N] int64 (each one's query row) -> out [N, H, D]
+// For query head h (KV head h / (H / Hkv)): softmax(scale q k^T) v over the sequence's seq_len keys, in float32:
+// the scores of a KV head's query heads are kept, then the values are read once for all of them. (sequence, KV
+// head) pairs are split over torch's threads. Block ids and lengths are checked before anything is read.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+at::Tensor paged_decode(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                        const at::Tensor& block_tables, const at::Tensor& seq_lens, const at::Tensor& sequences,
+                        const at::Tensor& token_rows, double scale) {
+  TORCH_CHECK(query.dim() == 3 && query.scalar_type() == at::kFloat && query.stride(2) == 1,
+              "paged_decode: query must be float32 [T, H, D] with unit last stride");
+  TORCH_CHECK(key_cache.dim() == 4 && key_cache.scalar_type() == at::kFloat && key_cache.is_contiguous() &&
+                  value_cache.sizes() == key_cache.sizes() && value_cache.scalar_type() == at::kFloat &&
+                  value_cache.is_contiguous(),
+              "paged_decode: key and value caches must be contiguous float32 [num_blocks, block_size, Hkv, D]");
+  TORCH_CHECK(block_tables.dim() == 2 && block_tables.scalar_type() == at::kInt && block_tables.is_contiguous() &&
+                  seq_lens.scalar_type() == at::kInt && seq_lens.is_contiguous(),
+              "paged_decode: int32 block_tables [B, max_blocks] and seq_lens [B] expected");
+  TORCH_CHECK(sequences.scalar_type() == at::kLong && token_rows.scalar_type() == at::kLong &&
+                  sequences.is_contiguous() && token_rows.is_contiguous() && sequences.numel() == token_rows.numel(),
+              "paged_decode: int64 sequences and token_rows of one length expected");
+  const int64_t heads = query.size(1), dim = query.size(2);
+  const int64_t num_blocks = key_cache.size(0), block_size = key_cache.size(1), kv_heads = key_cache.size(2);
+  TORCH_CHECK(key_cache.size(3) == dim && heads % kv_heads == 0, "paged_decode: head shapes disagree");
+  const int64_t group = heads / kv_heads, count = sequences.numel(), max_blocks = block_tables.size(1);
+  at::Tensor out = at::zeros({count, heads, dim}, query.options());
+  const float* q_data = query.data_ptr<float>();
+  const float* k_data = key_cache.data_ptr<float>();
+  const float* v_data = value_cache.data_ptr<float>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  const int64_t* sequence_ids = sequences.data_ptr<int64_t>();
+  const int64_t* rows = token_rows.data_ptr<int64_t>();
+  float* out_data = out.data_ptr<float>();
+  const float softmax_scale = static_cast<float>(scale);
+  const int64_t token_stride = kv_heads * dim, block_stride = block_size * token_stride;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t sequence = sequence_ids[i];
+    TORCH_CHECK(0 <= sequence && sequence < seq_lens.numel(), "paged_decode: sequence index out of range");
+    const int64_t length = lens[sequence];
+    TORCH_CHECK(0 < length && length <= max_blocks * block_size, "paged_decode: seq_len beyond its block table");
+    for (int64_t b = 0; b < (length + block_size - 1) / block_size; ++b) {
+      const int32_t block = tables[sequence * max_blocks + b];
+      TORCH_CHECK(0 <= block && block < num_blocks, "paged_decode: block id out of range");
+    }
+  }
+  at::parallel_for(0, count * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / kv_heads, kv_head = item % kv_heads;
+      const int64_t sequence = sequence_ids[i], length = lens[sequence];
+      const int32_t* table = tables + sequence * max_blocks;
+      scores.resize(static_cast<size_t>(group * length));
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t head = kv_head * group + g;
+        const float* q = q_data + rows[i] * query.stride(0) + head * query.stride(1);
+        float* head_scores = scores.data() + g * length;
+        float maximum = -std::numeric_limits<float>::infinity();
+        for (int64_t t = 0; t < length; ++t) {
+          const float* k = k_data + table[t / block_size] * block_stride + (t % block_size) * token_stride +
+                           kv_head * dim;
+          float dot = 0.f;
+          for (int64_t d = 0; d < dim; ++d) dot += q[d] * k[d];
+          head_scores[t] = dot * softmax_scale;
+          maximum = std::max(maximum, head_scores[t]);
+        }
+        float total = 0.f;
+        for (int64_t t = 0; t < length; ++t) {
+          head_scores[t] = std::exp(head_scores[t] - maximum);
+          total += head_scores[t];
+        }
+        const float inverse = 1.f / total;
+        for (int64_t t = 0; t < length; ++t) head_scores[t] *= inverse;
+      }
+      for (int64_t t = 0; t < length; ++t) {
+        const float* v = v_data + table[t / block_size] * block_stride + (t % block_size) * token_stride +
+                         kv_head * dim;
+        for (int64_t g = 0; g < group; ++g) {
+          const float weight = scores[g * length + t];
+          float* o = out_data + (i * heads + kv_head * group + g) * dim;
+          for (int64_t d = 0; d < dim; ++d) o[d] += weight * v[d];
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(arbi_paged_decode, m) {
+  m.def("paged_decode(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, Tensor seq_lens, "
+        "Tensor sequences, Tensor token_rows, float scale) -> Tensor",
+        &paged_decode);
+}
