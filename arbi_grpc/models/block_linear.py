@@ -38,18 +38,18 @@ class BlockLinear(nn.Module):
         self.register_buffer("bias", bias)
         self.kernels = load_cpu_extension(_SOURCE)
 
-    def dequantize(self) -> Tensor:
-        """w [N, K] float32, equal to `QuantizedWeight.dequantize()`."""
+    def dequantize(self, vectorised: bool = True) -> Tensor:
+        """w [N, K] float32, equal to `QuantizedWeight.dequantize()` (`vectorised`: AVX2 where the CPU has it)."""
         if self.kind == "q4":
-            return self.kernels.q4_dequantize(self.codes, self.scale, self.minimum)
-        return self.kernels.q8_dequantize(self.codes, self.scale)
+            return self.kernels.q4_dequantize(self.codes, self.scale, self.minimum, vectorised)
+        return self.kernels.q8_dequantize(self.codes, self.scale, vectorised)
 
     def rows(self, indices: Tensor) -> Tensor:
         """w[indices] [T, K] float32: an embedding lookup in the quantized table, equal to the dequantized one's."""
         codes, scale = self.codes.index_select(0, indices), self.scale.index_select(0, indices)
         if self.kind == "q4":
-            return self.kernels.q4_dequantize(codes, scale, self.minimum.index_select(0, indices))
-        return self.kernels.q8_dequantize(codes, scale)
+            return self.kernels.q4_dequantize(codes, scale, self.minimum.index_select(0, indices), True)
+        return self.kernels.q8_dequantize(codes, scale, True)
 
     def forward(self, states: Tensor) -> Tensor:
         inputs = states.to(torch.float32).contiguous()

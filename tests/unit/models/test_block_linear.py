@@ -77,6 +77,7 @@ def test_dequantization_and_embedding_rows_are_exact(kind: str, torch_generator)
     ids = torch.tensor([3, 0, 49, 3])
 
     assert torch.equal(linear.dequantize(), weight.dequantize())
+    assert torch.equal(linear.dequantize(vectorised=False), weight.dequantize())
     assert torch.equal(BlockEmbedding(linear)(ids), weight.dequantize()[ids])
 
 
