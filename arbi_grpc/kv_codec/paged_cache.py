@@ -46,7 +46,7 @@ def tail_ring_row(position, block_size: int, exact_blocks: int):
 def group_metadata_shape(num_blocks: int, block_size: int, num_kv_heads: int, num_groups: int) -> tuple[int, ...]:
     """Shape of a metadata pool: [num_blocks, Hkv, block_size, D/G, 2], (scale, zero) of each group side by side
     and heads outer within a block, so the decode kernel reads a token's pairs in one load and a block's tokens of
-    one head from one contiguous run (docs/tkv.md, "Layout")."""
+    one head from one contiguous run (docs/tkv.md, "Engine integration", Storage)."""
     return (num_blocks, num_kv_heads, block_size, num_groups, 2)
 
 
