@@ -23,12 +23,13 @@ class TkvLayerTensors(Protocol):
     """One layer of a paged TKV cache as the kernels see it (arbi_grpc's TkvLayerStorage has these fields).
 
     *_codes uint8 [num_blocks, block_size, Hkv, D*bits/8]; *_metadata fp16 [num_blocks, Hkv, block_size, D/G, 2]
-    (each group's scale and zero side by side, heads outer within a block); *_sink fp16 [num_sink_blocks <= num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block
-    holding p, p], in the code space; a sequence's first block id is below num_sink_blocks); *_channel_scale /
-    *_shift fp32 [Hkv, D] (the calibrated transform the write applies); *_tail fp16 [num_tail_slots, E *
-    block_size, Hkv, D], a ring of E blocks per running sequence (position p of one of its last E blocks at [its
-    tail slot, (p // block_size) % E * block_size + p % block_size], in the code space: the exact window, the
-    query's own block and the E - 1 before it, docs/tkv.md; tkv_exact.py).
+    (each group's scale and zero side by side, heads outer within a block); *_sink fp16 [num_sink_blocks <=
+    num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block holding p, p], in the code space; a
+    sequence's first block id is below num_sink_blocks); *_channel_scale / *_shift fp32 [Hkv, D] (the calibrated
+    transform the write applies); *_tail fp16 [num_tail_slots, E * block_size, Hkv, D], a ring of E blocks per
+    running sequence (position p of one of its last E blocks at [its tail slot, (p // block_size) % E * block_size
+    + p % block_size], in the code space: the exact window, the query's own block and the E - 1 before it,
+    docs/tkv.md; tkv_exact.py).
     """
 
     key_codes: torch.Tensor

@@ -84,7 +84,7 @@ def random_tkv_layer(
         """Scales in [0.01, 0.2], zeros in [-3, 0]."""
         uniform = torch.rand(group_metadata_shape(num_blocks, shape.page_size, heads, dim // group),
                              generator=generator, device=generator.device)
-        low, high = torch.tensor([0.01, -3.0]), torch.tensor([0.2, 0.0])
+        low, high = (torch.tensor(bounds, device=uniform.device) for bounds in ([0.01, -3.0], [0.2, 0.0]))
         return (low + (high - low) * uniform).to(device=device, dtype=torch.float16)
 
     def noise_sink() -> torch.Tensor:
@@ -99,8 +99,8 @@ def random_tkv_layer(
 
     return TkvLayerStorage(
         key_codes=noise_codes(shape.key_bits), key_metadata=noise_metadata(),
-        value_codes=noise_codes(shape.value_bits), value_metadata=noise_metadata(), key_sink=noise_sink(), value_sink=noise_sink(), key_tail=noise_tail(),
-        value_tail=noise_tail(),
+        value_codes=noise_codes(shape.value_bits), value_metadata=noise_metadata(), key_sink=noise_sink(),
+        value_sink=noise_sink(), key_tail=noise_tail(), value_tail=noise_tail(),
         key_bits=shape.key_bits, value_bits=shape.value_bits, group_size=group, sink_tokens=shape.sink_tokens,
         block_size=shape.page_size, rotate=shape.rotate,
         key_channel_scale=channel_scale(), key_shift=0.5 * _randn((heads, dim), generator, device),
