@@ -1,4 +1,5 @@
-"""The paged TKV KV cache (a `KVStorage`): per layer, packed key/value codes with their fp16 group scales and zeros, an fp16
+"""The paged TKV KV cache (a `KVStorage`): per layer, packed key/value codes with their fp16 group metadata (each
+group's scale and zero side by side), an fp16
 sink pool for each sequence's first tokens, an fp16 tail pool holding each running sequence's last
 `exact_blocks` blocks exactly (a ring), and the layer's calibrated transform, all on the device; and the
 decoding of blocks back to the code space, which readers and the tail seeding share.
@@ -42,12 +43,27 @@ def tail_ring_row(position, block_size: int, exact_blocks: int):
     return position // block_size % exact_blocks * block_size + position % block_size
 
 
+def group_metadata_shape(num_blocks: int, block_size: int, num_kv_heads: int, num_groups: int) -> tuple[int, ...]:
+    """Shape of a metadata pool: [num_blocks, Hkv, block_size, D/G, 2], (scale, zero) of each group side by side
+    and heads outer within a block, so the decode kernel reads a token's pairs in one load and a block's tokens of
+    one head from one contiguous run (docs/tkv.md, "Engine integration", Storage)."""
+    return (num_blocks, num_kv_heads, block_size, num_groups, 2)
+
+
+def split_group_metadata(metadata: Tensor) -> tuple[Tensor, Tensor]:
+    """Views (scale, zero) [num_blocks, block_size, Hkv, D/G] of a metadata pool (writable: indexed assignment
+    stores into the pool)."""
+    scale, zero = metadata.transpose(1, 2).unbind(-1)
+    return scale, zero
+
+
 @dataclass(frozen=True, eq=False)
 class TkvLayerStorage:
     """One layer's slice of the cache (views of the pool, not copies).
 
-    key_codes uint8 [num_blocks, block_size, Hkv, D*key_bits/8]; key_scale / key_zero fp16 [num_blocks,
-    block_size, Hkv, D/G]; value_* the same with value_bits. key_sink / value_sink fp16 [num_sink_blocks,
+    key_codes uint8 [num_blocks, block_size, Hkv, D*key_bits/8]; key_metadata fp16 [num_blocks, Hkv, block_size,
+    D/G, 2]: each group's (scale, zero) (group_metadata_shape, split_group_metadata); value_* the same with
+    value_bits. key_sink / value_sink fp16 [num_sink_blocks,
     sink_tokens, Hkv, D]: position p < sink_tokens of a sequence, stored at [its first block, p] in the code
     space (H x - m) * s (a first block's id is below num_sink_blocks). key_tail / value_tail fp16
     [num_tail_slots, exact_blocks * block_size, Hkv, D]: a ring of a running sequence's last `exact_blocks`
@@ -56,11 +72,9 @@ class TkvLayerStorage:
     """
 
     key_codes: Tensor
-    key_scale: Tensor
-    key_zero: Tensor
+    key_metadata: Tensor
     value_codes: Tensor
-    value_scale: Tensor
-    value_zero: Tensor
+    value_metadata: Tensor
     key_sink: Tensor
     value_sink: Tensor
     key_tail: Tensor
@@ -97,14 +111,12 @@ class TkvLayerStorage:
         """Keys and values of `blocks` [N] (int64) in the code space, dequantized from their codes, fp32
         [N, block_size, Hkv, D] (sink positions too: readers overlay the sink pool themselves)."""
         decoded = []
-        for codes, scale, zero, bits in (
-            (self.key_codes, self.key_scale, self.key_zero, self.key_bits),
-            (self.value_codes, self.value_scale, self.value_zero, self.value_bits),
+        for codes, metadata, bits in (
+            (self.key_codes, self.key_metadata, self.key_bits),
+            (self.value_codes, self.value_metadata, self.value_bits),
         ):
-            quantized = QuantizedGroups(
-                codes.index_select(0, blocks), scale.index_select(0, blocks), zero.index_select(0, blocks), bits,
-                self.group_size,
-            )
+            scale, zero = (part.contiguous() for part in split_group_metadata(metadata.index_select(0, blocks)))
+            quantized = QuantizedGroups(codes.index_select(0, blocks), scale, zero, bits, self.group_size)
             decoded.append(dequantize_groups(quantized))
         return decoded[0], decoded[1]
 
@@ -163,7 +175,8 @@ class TkvPagedKVCache:
         key_bits, value_bits = self.calibration.layer_bits[index]
         group_size, sink_tokens = self.calibration.group_size, self.calibration.sink_tokens
         slots = (self.num_blocks, self.block_size, self.num_kv_heads)
-        groups = (*slots, self.head_dim // group_size)
+        metadata = group_metadata_shape(self.num_blocks, self.block_size, self.num_kv_heads,
+                                        self.head_dim // group_size)
         sink = (self.num_sink_blocks, sink_tokens, self.num_kv_heads, self.head_dim)
         tail = (self.num_tail_slots, self.exact_blocks * self.block_size, self.num_kv_heads, self.head_dim)
 
@@ -175,11 +188,9 @@ class TkvPagedKVCache:
 
         return TkvLayerStorage(
             key_codes=zeros((*slots, packed_width(self.head_dim, key_bits)), torch.uint8),
-            key_scale=zeros(groups, torch.float16),
-            key_zero=zeros(groups, torch.float16),
+            key_metadata=zeros(metadata, torch.float16),
             value_codes=zeros((*slots, packed_width(self.head_dim, value_bits)), torch.uint8),
-            value_scale=zeros(groups, torch.float16),
-            value_zero=zeros(groups, torch.float16),
+            value_metadata=zeros(metadata, torch.float16),
             key_sink=zeros(sink, torch.float16),
             value_sink=zeros(sink, torch.float16),
             key_tail=zeros(tail, torch.float16),
@@ -298,10 +309,10 @@ class TkvPagedKVCache:
 
     @property
     def key_caches(self) -> list[Tensor]:
-        """Every pool tensor holding keys (codes, group scales and zeros, sink rows, tails), for memory accounting."""
+        """Every pool tensor holding keys (codes, group metadata, sink rows, tails), for memory accounting."""
         return [
             t for layer in self._layers
-            for t in (layer.key_codes, layer.key_scale, layer.key_zero, layer.key_sink, layer.key_tail)
+            for t in (layer.key_codes, layer.key_metadata, layer.key_sink, layer.key_tail)
         ]
 
     @property
@@ -309,7 +320,7 @@ class TkvPagedKVCache:
         """Every per-block tensor holding values, as `key_caches`."""
         return [
             t for layer in self._layers
-            for t in (layer.value_codes, layer.value_scale, layer.value_zero, layer.value_sink, layer.value_tail)
+            for t in (layer.value_codes, layer.value_metadata, layer.value_sink, layer.value_tail)
         ]
 
     def layer(self, layer_index: int) -> TkvLayerStorage:

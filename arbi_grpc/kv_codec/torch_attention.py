@@ -26,6 +26,7 @@ from arbi_grpc.kv_codec.paged_cache import (
     TkvLayerStorage,
     TkvPagedKVCache,
     exact_window_start,
+    split_group_metadata,
 )
 
 
@@ -74,15 +75,14 @@ def write_tokens(
     token in that code space."""
     slots = metadata.slot_mapping
     encoded_keys, encoded_values = codec.encode_keys(key), codec.encode_values(value)
-    for pool, encoded in (
-        (storage.key_codes, encoded_keys.codes),
-        (storage.key_scale, encoded_keys.scale),
-        (storage.key_zero, encoded_keys.zero),
-        (storage.value_codes, encoded_values.codes),
-        (storage.value_scale, encoded_values.scale),
-        (storage.value_zero, encoded_values.zero),
+    for codes, pairs, encoded in (
+        (storage.key_codes, storage.key_metadata, encoded_keys),
+        (storage.value_codes, storage.value_metadata, encoded_values),
     ):
-        pool.view(-1, *pool.shape[2:]).index_copy_(0, slots, encoded)  # flat slots: [num_blocks * block_size, ...]
+        codes.view(-1, *codes.shape[2:]).index_copy_(0, slots, encoded.codes)  # flat slots: [blocks * block_size, ..]
+        scale, zero = split_group_metadata(pairs)
+        index = (slots // storage.block_size, slots % storage.block_size)
+        scale[index], zero[index] = encoded.scale, encoded.zero
     exact = ExactTokens(
         *(transform.forward(codec.into_rotated_space(source.float())).to(storage.key_sink.dtype)
           for source, transform in ((key, codec.keys), (value, codec.values)))

@@ -3,12 +3,15 @@ those that locate a token's packed codes, group metadata and sink entry in the p
 in registers (the exact window, a query's own block and the E - 1 before it: tkv_exact.py).
 
 Layout (docs/tkv.md): a head vector of D channels is D*bits/8 bytes of little-endian packed codes plus D/G fp16
-scales and zeros, so the 8 codes of channels 8i..8i+7 fill exactly `bits` bytes: one "word". Widths 2, 4 and 8
+(scale, zero) pairs, so the 8 codes of channels 8i..8i+7 fill exactly `bits` bytes: one "word". Widths 2, 4 and 8
 read each word with one 16/32/64-bit load (the wrappers pass the code pool viewed as that integer type); the
 attention kernels read 3, 5 and 6 from the pool viewed as int32 (two loads per word, see tkv_layout.packed_code_view), the
 write kernel stores them byte by byte. A code decodes as `zero + code * scale`, computed in the dot's dtype
 (the code becomes a float by a bit trick, not a conversion instruction) and never written back in full
-precision. Pools are contiguous, so a head vector's index is `slot * num_kv_heads + kv_head`.
+precision. Pools are contiguous: a head vector's codes are row `slot * num_kv_heads + kv_head` of the code pool
+([num_blocks, block_size, Hkv, ..]), its pairs row `(block_id * num_kv_heads + kv_head) * block_size + offset` of
+the metadata pool ([num_blocks, Hkv, block_size, D/G, 2], heads outer: one head's pairs for a block are one
+contiguous run, so a warp's load of a tile's metadata fills whole 32-byte sectors).
 """
 
 from __future__ import annotations
@@ -32,10 +35,9 @@ def hadamard_rows(x, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, LOG2_HEAD_DIM: 
 
 
 @triton.jit
-def paged_slots(block_table_row, tokens, token_valid, PAGE_SIZE: tl.constexpr):
-    """Flat cache slot (block_id * PAGE_SIZE + offset) of each position of one sequence: [N] int64."""
-    block_ids = tl.load(block_table_row + tokens // PAGE_SIZE, mask=token_valid, other=0).to(tl.int64)
-    return block_ids * PAGE_SIZE + tokens % PAGE_SIZE
+def paged_blocks(block_table_row, tokens, token_valid, PAGE_SIZE: tl.constexpr):
+    """Id of the block holding each position of one sequence: [N] int64 (block 0 where not `token_valid`)."""
+    return tl.load(block_table_row + tokens // PAGE_SIZE, mask=token_valid, other=0).to(tl.int64)
 
 
 @triton.jit
@@ -136,17 +138,22 @@ def in_natural_order(rows, HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
-def load_coded_vectors(codes_ptr, scale_ptr, zero_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       GROUP: tl.constexpr, MASK_WORDS: tl.constexpr = True):
-    """What decoding the head vectors `vectors` [N] reads: packed words [N, D/8] and fp16 group scales and zeros
-    [N, D/G] (0 where invalid). MASK_WORDS=False leaves the word loads unpredicated (fewer registers): invalid
-    rows then hold whatever their vector's words are, which still decode to exactly 0 with a scale and zero of 0,
-    so every vector must lie in the pool (paged_slots sends invalid positions to block 0)."""
+def load_coded_vectors(codes_ptr, metadata_ptr, blocks, offsets, kv_head, num_kv_heads, valid, BITS: tl.constexpr,
+                       HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                       MASK_WORDS: tl.constexpr = True):
+    """What decoding the vectors of `kv_head` at (block id, offset in the block) [N] reads: packed words [N, D/8]
+    (codes [num_blocks, PAGE_SIZE, Hkv, ..]) and fp16 group scales and zeros [N, D/G] (0 where invalid), one load
+    of a token's D/G (scale, zero) pairs (metadata [num_blocks, Hkv, PAGE_SIZE, D/G, 2], heads outer: a block's
+    pairs of one head are contiguous). MASK_WORDS=False leaves the word loads unpredicated (fewer registers):
+    invalid rows then hold whatever their vector's words are, which still decode to exactly 0 with a scale and
+    zero of 0, so every block must lie in the pool (paged_blocks sends invalid positions to block 0)."""
+    vectors = (blocks * PAGE_SIZE + offsets) * num_kv_heads + kv_head
     words = load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM, MASK_WORDS)
-    groups = tl.arange(0, HEAD_DIM // GROUP)
-    metadata_offsets = vectors[:, None] * (HEAD_DIM // GROUP) + groups[None, :]  # [N, D/G]
-    scale = tl.load(scale_ptr + metadata_offsets, mask=valid[:, None], other=0.0)
-    zero = tl.load(zero_ptr + metadata_offsets, mask=valid[:, None], other=0.0)
+    entries = tl.arange(0, 2 * HEAD_DIM // GROUP)
+    rows = vectors + (kv_head * (PAGE_SIZE - 1) - offsets * (num_kv_heads - 1))  # (block * Hkv + head) * P + offset
+    metadata = tl.load(metadata_ptr + rows[:, None] * (2 * HEAD_DIM // GROUP) + entries[None, :],
+                       mask=valid[:, None], other=0.0)  # [N, 2 * D/G]: scale and zero of group 0, of group 1, ...
+    scale, zero = tl.split(tl.reshape(metadata, [blocks.shape[0], HEAD_DIM // GROUP, 2]))
     return words, scale, zero
 
 
@@ -263,7 +270,7 @@ def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PREC
 @triton.jit
 def attend_coded_tile(
     q, tokens, visible, coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-    key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+    key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr,
     APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr = True,
     TRANSPOSED_DOTS: tl.constexpr = False,
@@ -271,13 +278,13 @@ def attend_coded_tile(
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
     K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype.
     MASK_WORDS: as load_coded_vectors; TRANSPOSED_DOTS: as attend_tile."""
-    vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
-    words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
-                                            HEAD_DIM, GROUP, MASK_WORDS)
+    blocks, offsets = paged_blocks(block_table_row, tokens, coded, PAGE_SIZE), tokens % PAGE_SIZE
+    words, scale, zero = load_coded_vectors(key_codes_ptr, key_metadata_ptr, blocks, offsets, kv_head, num_kv_heads,
+                                            coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
     k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION, TRANSPOSED_DOTS)
-    words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
-                                            VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
+    words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
+                                            num_kv_heads, coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
     v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 

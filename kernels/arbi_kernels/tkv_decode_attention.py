@@ -46,7 +46,7 @@ from arbi_kernels.tkv_core import (
     attend_tile,
     code_channels,
     load_coded_vectors,
-    paged_slots,
+    paged_blocks,
 )
 from arbi_kernels.tkv_layout import (
     TkvLayerTensors,
@@ -125,9 +125,9 @@ class TkvDecodeTiles:
 
 DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True, max_registers=96)
 """What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages, registers capped at 96 (ptxas
-spills 8 bytes) so that five programs share an SM where the 121 the compiler picks fit four. H200, K4V4, batch 32,
-32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-02): 0.97 ms at 5 splits, where the uncapped kernel
-took 1.05 ms at 4 and bf16 0.96 ms."""
+spills 16 bytes, Triton 3.6) so that five programs share an SM where the 127 the compiler picks fit four. H200,
+K4V4, batch 32, 32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-02): 0.97 ms at 5 splits, where the
+uncapped kernel took 1.05 ms at 4 and bf16 0.96 ms."""
 
 
 @triton.jit
@@ -149,8 +149,8 @@ def _attend_window_tile(q, seq, seq_len, tile_start, tail_slots_ptr, kv_head, nu
 
 @triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
 def _tkv_decode_partition_kernel(
-    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
-    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
+    q_ptr, key_codes_ptr, key_metadata_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
+    value_codes_ptr, value_metadata_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
     block_tables_ptr, seq_lens_ptr, tail_slots_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     qk_scale, group_size, tokens_per_split, num_kv_heads,
     stride_q_seq, stride_q_head, stride_bt_seq, stride_exact_token, stride_exact_head,
@@ -208,24 +208,25 @@ def _tkv_decode_partition_kernel(
     if PREFETCH:  # tile t+1's codes, scales and zeros load while tile t decodes; block ids two tiles ahead
         tokens = split_start + tl.arange(0, BLOCK_N)
         coded = (tokens < coded_end) & (tokens >= SINK_TOKENS)
-        vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
+        blocks = paged_blocks(block_table_row, tokens, coded, PAGE_SIZE)
         key_words, key_scale, key_zero = load_coded_vectors(
-            key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS, HEAD_DIM, GROUP, MASK_WORDS)
+            key_codes_ptr, key_metadata_ptr, blocks, tokens % PAGE_SIZE, kv_head, num_kv_heads, coded, KEY_BITS,
+            HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
         value_words, value_scale, value_zero = load_coded_vectors(
-            value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded, VALUE_BITS, HEAD_DIM, GROUP, MASK_WORDS)
-        next_vectors = paged_slots(block_table_row, tokens + BLOCK_N, tokens + BLOCK_N < coded_end,
-                                   PAGE_SIZE) * num_kv_heads + kv_head
+            value_codes_ptr, value_metadata_ptr, blocks, tokens % PAGE_SIZE, kv_head, num_kv_heads, coded,
+            VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
+        next_blocks = paged_blocks(block_table_row, tokens + BLOCK_N, tokens + BLOCK_N < coded_end, PAGE_SIZE)
         for _ in range(split_start, coded_end, BLOCK_N):
             next_tokens = tokens + BLOCK_N
             next_coded = (next_tokens < coded_end) & (next_tokens >= SINK_TOKENS)
             next_key_words, next_key_scale, next_key_zero = load_coded_vectors(
-                key_codes_ptr, key_scale_ptr, key_zero_ptr, next_vectors, next_coded, KEY_BITS, HEAD_DIM, GROUP,
-                MASK_WORDS)
+                key_codes_ptr, key_metadata_ptr, next_blocks, next_tokens % PAGE_SIZE, kv_head, num_kv_heads,
+                next_coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
             next_value_words, next_value_scale, next_value_zero = load_coded_vectors(
-                value_codes_ptr, value_scale_ptr, value_zero_ptr, next_vectors, next_coded, VALUE_BITS, HEAD_DIM,
-                GROUP, MASK_WORDS)
-            next_vectors = paged_slots(block_table_row, next_tokens + BLOCK_N, next_tokens + BLOCK_N < coded_end,
-                                       PAGE_SIZE) * num_kv_heads + kv_head
+                value_codes_ptr, value_metadata_ptr, next_blocks, next_tokens % PAGE_SIZE, kv_head, num_kv_heads,
+                next_coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
+            next_blocks = paged_blocks(block_table_row, next_tokens + BLOCK_N, next_tokens + BLOCK_N < coded_end,
+                                       PAGE_SIZE)
             m_i, l_i, acc = attend_decoded_tile(
                 q, coded[None, :], key_words, key_scale, key_zero, value_words, value_scale, value_zero,
                 m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION, TRANSPOSED_DOTS,
@@ -239,8 +240,8 @@ def _tkv_decode_partition_kernel(
             coded = (tokens < coded_end) & (tokens >= SINK_TOKENS)
             m_i, l_i, acc = attend_coded_tile(
                 q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-                key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, TRANSPOSED_DOTS,
+                key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr, True, KEY_BITS, VALUE_BITS,
+                GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, TRANSPOSED_DOTS,
             )
 
     has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
@@ -330,10 +331,10 @@ def tkv_paged_decode_attention(
         (num_seqs, num_heads, num_splits) if not single_split else (1, 1, 1), dtype=torch.float32,
         device=query.device,
     )
-    pools = (query, _code_view(layer.key_codes, layer.key_bits, tiles, compute_dtype), layer.key_scale, layer.key_zero,
+    pools = (query, _code_view(layer.key_codes, layer.key_bits, tiles, compute_dtype), layer.key_metadata,
              layer.key_sink, layer.key_tail, key_exact,
-             _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_scale,
-             layer.value_zero, layer.value_sink, layer.value_tail, value_exact,
+             _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_metadata,
+             layer.value_sink, layer.value_tail, value_exact,
              block_tables, seq_lens, tail_slots, output, partial_out, partial_lse,
              softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
              query.stride(0), query.stride(1), block_tables.stride(0), key_exact.stride(0), key_exact.stride(1),

@@ -29,7 +29,7 @@ from arbi_kernels.tkv_core import (
     load_coded_vectors,
     load_sink_tile,
     nibble_pairs_as_halves,
-    paged_slots,
+    paged_blocks,
     sink_vectors,
     unpack_words,
 )
@@ -116,8 +116,8 @@ def attend_exact_rows(k, v, visible, q_fold, q_sums, m_i, l_i, acc, HEADS: tl.co
 
 @triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
 def _tkv_folded_decode_kernel(
-    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
-    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
+    q_ptr, key_codes_ptr, key_metadata_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
+    value_codes_ptr, value_metadata_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
     block_tables_ptr, seq_lens_ptr, tail_slots_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
     qk_scale, group_size, tokens_per_split, num_kv_heads,
     stride_q_seq, stride_q_head, stride_bt_seq, stride_exact_token, stride_exact_head,
@@ -181,15 +181,15 @@ def _tkv_folded_decode_kernel(
     for tile_start in range(split_start, coded_end, BLOCK_N):
         tokens = tile_start + tl.arange(0, BLOCK_N)
         coded = (tokens < coded_end) & (tokens >= SINK_TOKENS)
-        vectors = paged_slots(block_table_row, tokens, coded, PAGE_SIZE) * num_kv_heads + kv_head
-        words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
-                                                HEAD_DIM, GROUP, False)
+        blocks, offsets = paged_blocks(block_table_row, tokens, coded, PAGE_SIZE), tokens % PAGE_SIZE
+        words, scale, zero = load_coded_vectors(key_codes_ptr, key_metadata_ptr, blocks, offsets, kv_head,
+                                                num_kv_heads, coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, False)
         scores = folded_scores(decode_codes(words, KEY_BITS, HEAD_DIM, COMPUTE_DTYPE), q_fold, q_sums, scale,
                                biased_zeros(scale, zero, BIAS), HEADS, True, DOT_PRECISION)
         m_i, alpha, p = softmax_weights(scores, coded[:, None], m_i)
         l_partial = l_partial * alpha[None, :] + p
-        words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
-                                                VALUE_BITS, HEAD_DIM, GROUP, False)
+        words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
+                                                num_kv_heads, coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, False)
         spread_alpha = spread_heads(alpha, NG)[None, :]
         weights = tl.reshape(p[:, None, :] * scale.to(tl.float32)[:, :, None], [BLOCK_N, NG * HEADS])
         weights = weights.to(COMPUTE_DTYPE)  # the bias's share below is taken from these rounded weights

@@ -22,21 +22,20 @@ COMPUTE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.float32)
 class TkvLayerTensors(Protocol):
     """One layer of a paged TKV cache as the kernels see it (arbi_grpc's TkvLayerStorage has these fields).
 
-    *_codes uint8 [num_blocks, block_size, Hkv, D*bits/8]; *_scale / *_zero fp16 [num_blocks, block_size, Hkv,
-    D/G]; *_sink fp16 [num_sink_blocks <= num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block
-    holding p, p], in the code space; a sequence's first block id is below num_sink_blocks); *_channel_scale /
-    *_shift fp32 [Hkv, D] (the calibrated transform the write applies); *_tail fp16 [num_tail_slots, E *
-    block_size, Hkv, D], a ring of E blocks per running sequence (position p of one of its last E blocks at [its
-    tail slot, (p // block_size) % E * block_size + p % block_size], in the code space: the exact window, the
-    query's own block and the E - 1 before it, docs/tkv.md; tkv_exact.py).
+    *_codes uint8 [num_blocks, block_size, Hkv, D*bits/8]; *_metadata fp16 [num_blocks, Hkv, block_size, D/G, 2]
+    (each group's scale and zero side by side, heads outer within a block); *_sink fp16 [num_sink_blocks <=
+    num_blocks, sink_tokens, Hkv, D] (position p < sink_tokens at [block holding p, p], in the code space; a
+    sequence's first block id is below num_sink_blocks); *_channel_scale / *_shift fp32 [Hkv, D] (the calibrated
+    transform the write applies); *_tail fp16 [num_tail_slots, E * block_size, Hkv, D], a ring of E blocks per
+    running sequence (position p of one of its last E blocks at [its tail slot, (p // block_size) % E * block_size
+    + p % block_size], in the code space: the exact window, the query's own block and the E - 1 before it,
+    docs/tkv.md; tkv_exact.py).
     """
 
     key_codes: torch.Tensor
-    key_scale: torch.Tensor
-    key_zero: torch.Tensor
+    key_metadata: torch.Tensor
     value_codes: torch.Tensor
-    value_scale: torch.Tensor
-    value_zero: torch.Tensor
+    value_metadata: torch.Tensor
     key_sink: torch.Tensor
     value_sink: torch.Tensor
     key_tail: torch.Tensor
@@ -59,7 +58,7 @@ def _require_pool(name: str, tensor: torch.Tensor, shape: tuple[int, ...], dtype
     if tensor.dtype != dtype:
         raise ValueError(f"{name}: dtype must be {dtype}, got {tensor.dtype}")
     if not tensor.is_contiguous():
-        raise ValueError(f"{name}: must be contiguous (the kernels index head vectors as slot * Hkv + head)")
+        raise ValueError(f"{name}: must be contiguous (the kernels compute offsets from its shape)")
 
 
 def require_bits(name: str, bits: int) -> None:
@@ -83,8 +82,9 @@ def validate_tkv_layer(layer: TkvLayerTensors) -> tuple[int, int, int, int]:
     slots = (num_blocks, layer.block_size, num_kv_heads)
     _require_pool("key_codes", layer.key_codes, (*slots, head_dim * layer.key_bits // 8), torch.uint8)
     _require_pool("value_codes", layer.value_codes, (*slots, head_dim * layer.value_bits // 8), torch.uint8)
-    for name in ("key_scale", "key_zero", "value_scale", "value_zero"):
-        _require_pool(name, getattr(layer, name), (*slots, head_dim // group), torch.float16)
+    for name in ("key_metadata", "value_metadata"):
+        _require_pool(name, getattr(layer, name), (num_blocks, num_kv_heads, layer.block_size, head_dim // group, 2),
+                      torch.float16)
     num_sink_blocks = layer.key_sink.shape[0]  # only the blocks that may start a sequence have a sink row
     if not 0 < num_sink_blocks <= num_blocks:
         raise ValueError(f"key_sink: must have 1 to num_blocks={num_blocks} rows, got {num_sink_blocks}")

@@ -46,7 +46,7 @@ from arbi_kernels.tkv_core import (
     decode_vectors,
     in_natural_order,
     load_coded_vectors,
-    paged_slots,
+    paged_blocks,
 )
 from arbi_kernels.tkv_layout import (
     TkvLayerTensors,
@@ -98,8 +98,8 @@ def prefill_sink_tile_size(sink_tokens: int, tiles: PrefillTiles) -> int:
 def _attend_causal_tile(
     q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row, kv_head,
     num_kv_heads, m_i, l_i, acc,
-    key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr, key_exact_ptr,
-    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
+    key_codes_ptr, key_metadata_ptr, key_tail_ptr, key_exact_ptr,
+    value_codes_ptr, value_metadata_ptr, value_tail_ptr, value_exact_ptr,
     stride_exact_token, stride_exact_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -107,7 +107,7 @@ def _attend_causal_tile(
     """Fold the positions `keys` (where `coded`: at or after sink_tokens and before seq_len) into (m_i, l_i, acc),
     where `visible` [M, N]: a key in a row's exact window at or after exact_start is scored and summed with its
     exact K and V (from this step's buffers at or after prefix_len, from the tail ring before), any other decoded."""
-    vectors = paged_slots(block_table_row, keys, coded, PAGE_SIZE) * num_kv_heads + kv_head
+    blocks, offsets = paged_blocks(block_table_row, keys, coded, PAGE_SIZE), keys % PAGE_SIZE
     exact = coded & (keys >= exact_start)  # keys some row of the program reads exact
     from_tail = exact & (keys < prefix_len)
     from_step = exact & (keys >= prefix_len)
@@ -116,8 +116,8 @@ def _attend_causal_tile(
     in_window = keys[None, :] // PAGE_SIZE >= q_positions[:, None] // PAGE_SIZE - (EXACT_BLOCKS - 1)  # [M, N]
     own = exact[None, :] & in_window  # where visible, the key is in the row's window: exact for that row
 
-    words, scale, zero = load_coded_vectors(key_codes_ptr, key_scale_ptr, key_zero_ptr, vectors, coded, KEY_BITS,
-                                            HEAD_DIM, GROUP)
+    words, scale, zero = load_coded_vectors(key_codes_ptr, key_metadata_ptr, blocks, offsets, kv_head, num_kv_heads,
+                                            coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE)
     k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
     coded_scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     k = load_exact_rows(key_tail_ptr, key_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
@@ -126,8 +126,8 @@ def _attend_causal_tile(
     m_i, l_i, acc, p = online_softmax_update(tl.where(own, exact_scores, coded_scores), visible, m_i, l_i, acc,
                                              True)
 
-    words, scale, zero = load_coded_vectors(value_codes_ptr, value_scale_ptr, value_zero_ptr, vectors, coded,
-                                            VALUE_BITS, HEAD_DIM, GROUP)
+    words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
+                                            num_kv_heads, coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE)
     v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
     acc = accumulate_values(acc, tl.where(own, 0.0, p), v, DOT_PRECISION)
     v = load_exact_rows(value_tail_ptr, value_exact_ptr, tail_rows, from_tail, step_rows, from_step, kv_head,
@@ -169,8 +169,8 @@ def _load_scaled_queries(q_ptr, token_rows, row_valid, q_head, stride_q_token, s
 
 @triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
 def _tkv_prefill_kernel(
-    q_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
-    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
+    q_ptr, key_codes_ptr, key_metadata_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
+    value_codes_ptr, value_metadata_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
     block_tables_ptr, query_start_loc_ptr, seq_lens_ptr, tail_slots_ptr, out_ptr,
     qk_scale, group_size, num_kv_heads,
     stride_q_token, stride_q_head, stride_bt_seq, stride_out_token, stride_out_head, stride_exact_token,
@@ -229,7 +229,7 @@ def _tkv_prefill_kernel(
             coded = (keys >= SINK_TOKENS) & (keys < coded_end)
             m_i, l_i, acc = attend_coded_tile(
                 q, keys, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-                key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr,
                 True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
             )
         # From here on every key is exact, stored in the natural channel order: q' and acc move to that order
@@ -275,8 +275,8 @@ def _tkv_prefill_kernel(
                 visible = coded[None, :] & (keys[None, :] <= q_positions[:, None])
                 m_i, l_i, acc = _attend_causal_tile(
                     q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot,
-                    block_table_row, kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr,
-                    key_zero_ptr, key_tail_ptr, key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                    block_table_row, kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_metadata_ptr,
+                    key_tail_ptr, key_exact_ptr, value_codes_ptr, value_metadata_ptr,
                     value_tail_ptr, value_exact_ptr, stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS,
                     GROUP, HEAD_DIM, PAGE_SIZE, EXACT_BLOCKS, DOT_PRECISION,
                 )
@@ -286,7 +286,7 @@ def _tkv_prefill_kernel(
             keys = tile_start + offsets_n
             m_i, l_i, acc = attend_coded_tile(
                 q, keys, row_valid[:, None], keys < unmasked_end, block_table_row, kv_head, num_kv_heads, m_i, l_i,
-                acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr,
+                acc, key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr,
                 False, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
             )
         # Up to the tile's last query: the causal mask applies.
@@ -296,8 +296,8 @@ def _tkv_prefill_kernel(
             visible = (keys[None, :] <= q_positions[:, None]) & coded[None, :]  # [BLOCK_M, BLOCK_N]
             m_i, l_i, acc = _attend_causal_tile(
                 q, keys, visible, coded, q_positions, exact_start, prefix_len, q_begin, tail_slot, block_table_row,
-                kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_tail_ptr,
-                key_exact_ptr, value_codes_ptr, value_scale_ptr, value_zero_ptr, value_tail_ptr, value_exact_ptr,
+                kv_head, num_kv_heads, m_i, l_i, acc, key_codes_ptr, key_metadata_ptr, key_tail_ptr,
+                key_exact_ptr, value_codes_ptr, value_metadata_ptr, value_tail_ptr, value_exact_ptr,
                 stride_exact_token, stride_exact_head, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE,
                 EXACT_BLOCKS, DOT_PRECISION,
             )
@@ -370,9 +370,9 @@ def tkv_paged_prefill_attention(
     require_supported_prefill_tiles(tiles)
     grid = (triton.cdiv(max_query_len, tiles.block_m), num_seqs, num_heads)
     _tkv_prefill_kernel[grid](
-        query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_metadata, layer.key_sink,
         layer.key_tail, key_exact,
-        packed_code_view(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        packed_code_view(layer.value_codes, layer.value_bits), layer.value_metadata, layer.value_sink,
         layer.value_tail, value_exact,
         block_tables, query_start_loc, seq_lens, tail_slots, output,
         softmax_scale * LOG2_E, num_heads // num_kv_heads, num_kv_heads,

@@ -115,7 +115,7 @@ def _quantize_groups(groups, BITS: tl.constexpr, GROUP: tl.constexpr):
 @triton.jit
 def _encode_head_vectors(
     x_ptr, stride_token, kv_head, stride_head, tokens, keep, slots, positions, num_kv_heads,
-    channel_scale_ptr, shift_ptr, codes_ptr, scale_ptr, zero_ptr, sink_ptr, exact_ptr,
+    channel_scale_ptr, shift_ptr, codes_ptr, metadata_ptr, sink_ptr, exact_ptr,
     BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr,
     SINK_TOKENS: tl.constexpr, ROTATE: tl.constexpr, LOG2_HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
@@ -135,10 +135,11 @@ def _encode_head_vectors(
     codes = codes.to(tl.int32)  # [BLOCK_T, D/G, G]
 
     vectors = slots * num_kv_heads + kv_head  # [BLOCK_T] int64
-    group_index = tl.arange(0, HEAD_DIM // GROUP)
-    metadata_offsets = vectors[:, None] * (HEAD_DIM // GROUP) + group_index[None, :]
-    tl.store(scale_ptr + metadata_offsets, scale, mask=keep[:, None])
-    tl.store(zero_ptr + metadata_offsets, zero, mask=keep[:, None])
+    metadata_rows = (slots // PAGE_SIZE * num_kv_heads + kv_head) * PAGE_SIZE + slots % PAGE_SIZE  # heads outer
+    entries = tl.arange(0, 2 * HEAD_DIM // GROUP)
+    metadata_offsets = metadata_rows[:, None] * (2 * HEAD_DIM // GROUP) + entries[None, :]
+    pairs = tl.reshape(tl.join(scale, zero), [BLOCK_T, 2 * HEAD_DIM // GROUP])  # (scale, zero) of each group
+    tl.store(metadata_ptr + metadata_offsets, pairs, mask=keep[:, None])
 
     word_type: tl.constexpr = tl.int32 if BITS * 8 <= 32 else tl.int64
     octet_codes = tl.reshape(codes, [BLOCK_T, HEAD_DIM // 8, 8]).to(word_type)
@@ -162,8 +163,8 @@ def _encode_head_vectors(
 @triton.jit(do_not_specialize=["num_tokens", "num_kv_heads"])
 def _tkv_write_kernel(
     key_ptr, value_ptr, positions_ptr, slot_mapping_ptr,
-    key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr, key_channel_scale_ptr, key_shift_ptr, key_exact_ptr,
-    value_codes_ptr, value_scale_ptr, value_zero_ptr, value_sink_ptr, value_channel_scale_ptr, value_shift_ptr,
+    key_codes_ptr, key_metadata_ptr, key_sink_ptr, key_channel_scale_ptr, key_shift_ptr, key_exact_ptr,
+    value_codes_ptr, value_metadata_ptr, value_sink_ptr, value_channel_scale_ptr, value_shift_ptr,
     value_exact_ptr, num_tokens, num_kv_heads,
     stride_key_token, stride_key_head, stride_value_token, stride_value_head,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
@@ -180,14 +181,14 @@ def _tkv_write_kernel(
     if tl.program_id(2) == 0:
         _encode_head_vectors(
             key_ptr, stride_key_token, kv_head, stride_key_head, tokens, keep, slots, positions, num_kv_heads,
-            key_channel_scale_ptr, key_shift_ptr, key_codes_ptr, key_scale_ptr, key_zero_ptr, key_sink_ptr,
+            key_channel_scale_ptr, key_shift_ptr, key_codes_ptr, key_metadata_ptr, key_sink_ptr,
             key_exact_ptr, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE, LOG2_HEAD_DIM, BLOCK_T,
         )
     else:
         _encode_head_vectors(
             value_ptr, stride_value_token, kv_head, stride_value_head, tokens, keep, slots, positions,
-            num_kv_heads, value_channel_scale_ptr, value_shift_ptr, value_codes_ptr, value_scale_ptr,
-            value_zero_ptr, value_sink_ptr, value_exact_ptr, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE,
+            num_kv_heads, value_channel_scale_ptr, value_shift_ptr, value_codes_ptr, value_metadata_ptr,
+            value_sink_ptr, value_exact_ptr, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, SINK_TOKENS, ROTATE,
             LOG2_HEAD_DIM, BLOCK_T,
         )
 
@@ -249,9 +250,9 @@ def write_tkv_cache(
     tiles = tiles or DEFAULT_WRITE_TILES
     _tkv_write_kernel[(triton.cdiv(num_tokens, tiles.block_t), num_kv_heads, 2)](
         key, value, positions, slot_mapping,
-        code_words(layer.key_codes, layer.key_bits), layer.key_scale, layer.key_zero, layer.key_sink,
+        code_words(layer.key_codes, layer.key_bits), layer.key_metadata, layer.key_sink,
         layer.key_channel_scale, layer.key_shift, key_exact,
-        code_words(layer.value_codes, layer.value_bits), layer.value_scale, layer.value_zero, layer.value_sink,
+        code_words(layer.value_codes, layer.value_bits), layer.value_metadata, layer.value_sink,
         layer.value_channel_scale, layer.value_shift, value_exact,
         num_tokens, num_kv_heads,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),

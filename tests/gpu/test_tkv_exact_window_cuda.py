@@ -125,7 +125,7 @@ def test_seeding_a_tail_slot_waits_for_nothing_on_the_host() -> None:
         storage = cache.layer(layer)
         for tensor in (storage.key_codes, storage.value_codes):
             tensor.random_(0, 256)
-        for tensor in (storage.key_scale, storage.key_zero, storage.value_scale, storage.value_zero):
+        for tensor in (storage.key_metadata, storage.value_metadata):
             tensor.uniform_(0.01, 1.0)
     block_ids = tensor_on_device_no_sync([3, 5, 1], torch.int64, "cuda")
     torch.cuda.synchronize()

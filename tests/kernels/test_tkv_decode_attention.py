@@ -62,7 +62,7 @@ def test_last_block_is_read_exact_at_every_offset(page_size, sink_tokens, num_sp
     with pytest.raises(AssertionError):
         assert_tkv_close(coded[rows], expected[rows], compute_dtype)
     last_blocks = batch.block_tables[torch.arange(len(seq_lens)), (batch.seq_lens - 1).long() // page_size].long()
-    for pool in (batch.layer.key_scale, batch.layer.key_zero, batch.layer.value_scale, batch.layer.value_zero):
+    for pool in (batch.layer.key_metadata, batch.layer.value_metadata):
         pool[last_blocks] = float("nan")
     actual = tkv_paged_decode_attention(*_arguments(batch, batch.query), num_splits=num_splits, tiles=tiles,
                                         compute_dtype=compute_dtype)
@@ -235,7 +235,7 @@ def _poison_unread_metadata(batch: TkvBatch) -> None:
     """NaN in the scales and zeros of every block no sequence reads, block 0 (where the kernel sends positions
     outside a split) among them: a kernel that let such a position's metadata into its sums would return NaN."""
     layer, tables = batch.layer, batch.block_tables
-    read = torch.zeros(layer.key_scale.shape[0], dtype=torch.bool, device=tables.device)
+    read = torch.zeros(layer.key_metadata.shape[0], dtype=torch.bool, device=tables.device)
     for row, length in zip(tables, batch.seq_lens.tolist()):
         read[row[: -(-length // layer.block_size)].long()] = True
     if read[0]:  # move block 0's contents to an unread block and point the tables there
@@ -245,7 +245,7 @@ def _poison_unread_metadata(batch: TkvBatch) -> None:
             pool[[0, spare]] = pool[[spare, 0]]
         tables.copy_(torch.where(tables == 0, spare, torch.where(tables == spare, 0, tables)))
         read[[0, spare]] = read[[spare, 0]]
-    for pool in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
+    for pool in (layer.key_metadata, layer.value_metadata):
         pool[~read] = float("nan")
 
 

@@ -21,6 +21,8 @@ from arbi_grpc.kv_codec.packing import unpack_codes
 from arbi_grpc.kv_codec.paged_cache import (
     TkvLayerStorage,
     exact_window_start,
+    group_metadata_shape,
+    split_group_metadata,
     tail_ring_row,
 )
 from arbi_kernels.tkv_exact import exact_window_blocks
@@ -78,8 +80,11 @@ def random_tkv_layer(
         size = (*slots, dim * bits // 8)
         return torch.randint(0, 256, size, generator=generator, device=generator.device, dtype=torch.uint8).to(device)
 
-    def noise_metadata(low: float, high: float) -> torch.Tensor:
-        uniform = torch.rand((*slots, dim // group), generator=generator, device=generator.device)
+    def noise_metadata() -> torch.Tensor:
+        """Scales in [0.01, 0.2], zeros in [-3, 0]."""
+        uniform = torch.rand(group_metadata_shape(num_blocks, shape.page_size, heads, dim // group),
+                             generator=generator, device=generator.device)
+        low, high = (torch.tensor(bounds, device=uniform.device) for bounds in ([0.01, -3.0], [0.2, 0.0]))
         return (low + (high - low) * uniform).to(device=device, dtype=torch.float16)
 
     def noise_sink() -> torch.Tensor:
@@ -93,10 +98,9 @@ def random_tkv_layer(
         return torch.exp(0.3 * _randn((heads, dim), generator, device))
 
     return TkvLayerStorage(
-        key_codes=noise_codes(shape.key_bits), key_scale=noise_metadata(0.01, 0.2), key_zero=noise_metadata(-3, 0),
-        value_codes=noise_codes(shape.value_bits), value_scale=noise_metadata(0.01, 0.2),
-        value_zero=noise_metadata(-3, 0), key_sink=noise_sink(), value_sink=noise_sink(), key_tail=noise_tail(),
-        value_tail=noise_tail(),
+        key_codes=noise_codes(shape.key_bits), key_metadata=noise_metadata(),
+        value_codes=noise_codes(shape.value_bits), value_metadata=noise_metadata(), key_sink=noise_sink(),
+        value_sink=noise_sink(), key_tail=noise_tail(), value_tail=noise_tail(),
         key_bits=shape.key_bits, value_bits=shape.value_bits, group_size=group, sink_tokens=shape.sink_tokens,
         block_size=shape.page_size, rotate=shape.rotate,
         key_channel_scale=channel_scale(), key_shift=0.5 * _randn((heads, dim), generator, device),
@@ -206,11 +210,11 @@ def poison_exact_window_metadata(batch: TkvBatch) -> None:
     for row, seq_len in enumerate(batch.seq_lens.tolist()):
         last_block = (seq_len - 1) // layer.block_size
         window = batch.block_tables[row, max(last_block - exact_blocks + 1, 0) : last_block + 1].long()
-        for pool in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
+        for pool in (layer.key_metadata, layer.value_metadata):
             pool[window] = float("nan")
 
 
-TKV_POOLS = ("key_codes", "key_scale", "key_zero", "key_sink", "value_codes", "value_scale", "value_zero", "value_sink")
+TKV_POOLS = ("key_codes", "key_metadata", "key_sink", "value_codes", "value_metadata", "value_sink")
 MAX_DIFFERING_GROUP_SHARE = 0.01
 
 
@@ -230,7 +234,7 @@ def assert_same_encoding(actual: TkvLayerStorage, expected: TkvLayerStorage) -> 
         assert torch.equal(getattr(actual, name), getattr(expected, name)), name
     for kind in ("key", "value"):
         bits, group = getattr(actual, f"{kind}_bits"), actual.group_size
-        pools = [(getattr(layer, f"{kind}_codes"), getattr(layer, f"{kind}_scale"), getattr(layer, f"{kind}_zero"))
+        pools = [(getattr(layer, f"{kind}_codes"), *split_group_metadata(getattr(layer, f"{kind}_metadata")))
                  for layer in (actual, expected)]
         codes = [unpack_codes(pool[0], bits).reshape(*pool[1].shape, group) for pool in pools]  # [.., D/G, G]
         differing = (codes[0] != codes[1]).any(dim=-1) | (pools[0][1] != pools[1][1]) | (pools[0][2] != pools[1][2])

@@ -22,7 +22,7 @@ from arbi_grpc.kv_codec import (
     TkvSpec,
     dequantize_groups,
 )
-from arbi_grpc.kv_codec.paged_cache import exact_window_start, tail_ring_row
+from arbi_grpc.kv_codec.paged_cache import exact_window_start, split_group_metadata, tail_ring_row
 from arbi_kernels.tkv_layout import TkvLayerTensors
 from arbi_kernels.tkv_exact import exact_window_blocks
 from tests.kernels.reference import _causal_attention
@@ -53,12 +53,13 @@ def write_tkv_cache_reference(
     slots, kept_positions = slot_mapping[kept], positions[kept]
     is_sink = kept_positions < layer.sink_tokens
     sink_index = (slots[is_sink] // layer.block_size, kept_positions[is_sink])  # [block holding p, p]
+    slot_index = (slots // layer.block_size, slots % layer.block_size)
     exact = []
     for kind, tokens, transform in (("key", key[kept], codec.keys), ("value", value[kept], codec.values)):
         encoded = codec.encode_keys(tokens) if kind == "key" else codec.encode_values(tokens)
         getattr(layer, f"{kind}_codes").flatten(0, 1)[slots] = encoded.codes
-        getattr(layer, f"{kind}_scale").flatten(0, 1)[slots] = encoded.scale
-        getattr(layer, f"{kind}_zero").flatten(0, 1)[slots] = encoded.zero
+        scale, zero = split_group_metadata(getattr(layer, f"{kind}_metadata"))
+        scale[slot_index], zero[slot_index] = encoded.scale, encoded.zero
         code_space = transform.forward(codec.into_rotated_space(tokens.float())).to(torch.float16)  # [T', Hkv, D]
         getattr(layer, f"{kind}_sink")[sink_index] = code_space[is_sink]
         rows = torch.zeros(key.shape, dtype=torch.float16, device=key.device)
@@ -92,11 +93,12 @@ def context_in_code_space(layer: TkvLayerTensors, kind: str, block_table: torch.
     """The first `length` positions of one sequence, decoded (sink pool below sink_tokens): fp32 [length, Hkv, D]."""
     positions = torch.arange(length, device=block_table.device)
     block_ids = block_table.long()[positions // layer.block_size]
-    slots = block_ids * layer.block_size + positions % layer.block_size
+    offsets = positions % layer.block_size
+    scale, zero = split_group_metadata(getattr(layer, f"{kind}_metadata"))
     encoded = QuantizedGroups(
-        codes=getattr(layer, f"{kind}_codes").flatten(0, 1)[slots],
-        scale=getattr(layer, f"{kind}_scale").flatten(0, 1)[slots],
-        zero=getattr(layer, f"{kind}_zero").flatten(0, 1)[slots],
+        codes=getattr(layer, f"{kind}_codes")[block_ids, offsets],
+        scale=scale[block_ids, offsets],
+        zero=zero[block_ids, offsets],
         bits=getattr(layer, f"{kind}_bits"),
         group_size=layer.group_size,
     )

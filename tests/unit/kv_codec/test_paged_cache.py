@@ -12,7 +12,7 @@ from arbi_grpc.attention.selection import build_kv_cache
 from arbi_grpc.config import EngineConfig
 from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec import TkvCalibration, TkvSpec
-from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache
+from arbi_grpc.kv_codec.paged_cache import TkvPagedKVCache, group_metadata_shape, split_group_metadata
 from arbi_grpc.kv_codec.quantize import QuantizedGroups, dequantize_groups
 from arbi_grpc.memory.kv_pool import plan_kv_pool
 
@@ -35,8 +35,8 @@ def test_layers_follow_their_own_bits_and_start_zeroed():
         assert (layer.key_bits, layer.value_bits, layer.group_size, layer.sink_tokens) == (key_bits, value_bits, 16, 2)
         assert layer.key_codes.shape == (6, 4, 2, 32 * key_bits // 8) and layer.key_codes.dtype == torch.uint8
         assert layer.value_codes.shape == (6, 4, 2, 32 * value_bits // 8)
-        for metadata in (layer.key_scale, layer.key_zero, layer.value_scale, layer.value_zero):
-            assert metadata.shape == (6, 4, 2, 2) and metadata.dtype == torch.float16
+        for metadata in (layer.key_metadata, layer.value_metadata):  # [blocks, heads, block tokens, groups, 2]
+            assert metadata.shape == (6, 2, 4, 2, 2) and metadata.dtype == torch.float16
         for sink in (layer.key_sink, layer.value_sink):
             assert sink.shape == (3, 2, 2, 32) and sink.dtype == torch.float16
         for tail in (layer.key_tail, layer.value_tail):
@@ -46,6 +46,16 @@ def test_layers_follow_their_own_bits_and_start_zeroed():
         assert layer.key_channel_scale.dtype == torch.float32 and layer.rotate
         assert cache.codec(index).spec.key_bits == key_bits
     assert all(not tensor.any() for tensor in cache.key_caches + cache.value_caches)
+
+
+def test_group_metadata_pairs_each_groups_scale_and_zero_with_heads_outer_within_a_block():
+    metadata = torch.arange(2 * 3 * 4 * 2 * 2, dtype=torch.float16).view(group_metadata_shape(2, 4, 3, 2))
+    scale, zero = split_group_metadata(metadata)
+    assert scale.shape == zero.shape == (2, 4, 3, 2)  # [blocks, block tokens, heads, groups]
+    # block 1, offset 2, head 1, group 1: scale then zero, at ((1 * 3 + 1) * 4 + 2) * 4 + 1 * 2 in the flat pool
+    assert (float(scale[1, 2, 1, 1]), float(zero[1, 2, 1, 1])) == (74.0, 75.0)
+    scale[0, 3, 2, 0] = -1.0
+    assert float(metadata.flatten()[((0 * 3 + 2) * 4 + 3) * 4]) == -1.0  # the views write into the pool
 
 
 def test_pool_bytes_count_every_block_sink_row_and_tail_slot_tensor():
@@ -130,11 +140,12 @@ def test_seed_tail_writes_decoded_blocks_into_their_ring_rows_of_every_layer():
     generator = torch.Generator().manual_seed(0)
     for index in range(calibration.num_layers):
         layer, codec = cache.layer(index), cache.codec(index)
-        for codes, scale, zero, encode in (
-            (layer.key_codes, layer.key_scale, layer.key_zero, codec.encode_keys),
-            (layer.value_codes, layer.value_scale, layer.value_zero, codec.encode_values),
+        for codes, metadata, encode in (
+            (layer.key_codes, layer.key_metadata, codec.encode_keys),
+            (layer.value_codes, layer.value_metadata, codec.encode_values),
         ):
             encoded = encode(3 * torch.randn(6 * 4, 2, 32, generator=generator))
+            scale, zero = split_group_metadata(metadata)
             for pool, part in ((codes, encoded.codes), (scale, encoded.scale), (zero, encoded.zero)):
                 pool.copy_(part.view(pool.shape))
     # A sequence's blocks 4 and 5 (ring blocks 1 and 2) are pool blocks 2 and 0.
@@ -142,11 +153,11 @@ def test_seed_tail_writes_decoded_blocks_into_their_ring_rows_of_every_layer():
     for index in range(calibration.num_layers):
         layer = cache.layer(index)
         decoded_keys, decoded_values = layer.decoded_blocks(torch.tensor([2, 0]))
-        for tail, decoded, codes, scale, zero, bits in (
-            (layer.key_tail, decoded_keys, layer.key_codes, layer.key_scale, layer.key_zero, layer.key_bits),
-            (layer.value_tail, decoded_values, layer.value_codes, layer.value_scale, layer.value_zero,
-             layer.value_bits),
+        for tail, decoded, codes, metadata, bits in (
+            (layer.key_tail, decoded_keys, layer.key_codes, layer.key_metadata, layer.key_bits),
+            (layer.value_tail, decoded_values, layer.value_codes, layer.value_metadata, layer.value_bits),
         ):
+            scale, zero = split_group_metadata(metadata)
             block_two = dequantize_groups(QuantizedGroups(codes[2], scale[2], zero[2], bits, 16))
             torch.testing.assert_close(decoded[0], block_two, rtol=0, atol=0)
             assert torch.equal(tail[1, 4:8], decoded[0].half()) and torch.equal(tail[1, 8:12], decoded[1].half())
