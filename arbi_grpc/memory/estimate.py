@@ -3,8 +3,9 @@ loading weights or importing torch: what `arbi-serve plan` prints and what a boo
 
 Weights and the KV cache are exact (parameter count and pool size). Activations model the step that the
 boot profiles (`activation_profile.py`): the larger of the forward pass (residual stream plus the MLP's or
-attention's transients) and the logits phase (logits of every token, then the sampler's working set). On
-CUDA the forward pass, the CUDA graph pool and the allocator's slack come from `cuda_estimate.py`.
+attention's transients, with the chunk that block-quantized CPU weights dequantize for a batch:
+`quantized_layout.dequantize_scratch_bytes`) and the logits phase (logits of every token, then the sampler's
+working set). On CUDA the forward pass, the CUDA graph pool and the allocator's slack come from `cuda_estimate.py`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from arbi_grpc.memory.cuda_estimate import (
 from arbi_grpc.memory.kv_pool import ELEMENT_BYTES, KVPoolPlan
 from arbi_grpc.memory.profile_step import ProfileStep
 from arbi_grpc.models.config import ModelConfig
-from arbi_grpc.models.quantized_layout import cpu_weight_bytes, cpu_weight_form, int8_kinds
+from arbi_grpc.models.quantized_layout import cpu_weight_bytes, cpu_weight_form, dequantize_scratch_bytes, int8_kinds
 
 LOGITS_BYTES = 4  # logits, log-probabilities and sampling run in float32 whatever the model's dtype
 # Measured on engine/sampler.py's heaviest path (penalties, top-k/top-p/min-p, 20 top log-probabilities):
@@ -67,14 +68,16 @@ def parameter_count(model: ModelConfig) -> int:
 
 
 def activation_bytes(
-    model: ModelConfig, dtype: str, step: ProfileStep, device: str = "cpu", attention_backend: str = "torch"
+    model: ModelConfig, dtype: str, step: ProfileStep, device: str = "cpu", attention_backend: str = "torch",
+    weight_scratch: int = 0,
 ) -> int:
-    """Peak tensor bytes of `step`, as the boot's profile measures them on `device`."""
+    """Peak tensor bytes of `step`, as the boot's profile measures them on `device`; `weight_scratch` is what a
+    matmul holds beside its operands (dequantized chunks of block-quantized weights)."""
     if device == "cuda":
         forward = cuda_forward_bytes(model, dtype, step.num_tokens, step.longest_prompt, attention_backend)
     else:
         forward = _cpu_forward_bytes(model, dtype, step)
-    return max(forward, logits_phase_bytes(model, dtype, step))
+    return max(forward + weight_scratch, logits_phase_bytes(model, dtype, step))
 
 
 def _cpu_forward_bytes(model: ModelConfig, dtype: str, step: ProfileStep) -> int:
@@ -126,13 +129,15 @@ def estimate_budget(
                          f"the rest {element} bytes ({config.dtype})")
     # An unresolved (auto) limit counts the most it may become: a model still to load is not underestimated.
     step = ProfileStep.worst_case(config.max_step_tokens, kv_pool.max_model_len, config.max_running_requests_bound)
+    scratch = 0
+    if config.device == "cpu" and cpu_weights == "int4":
+        scratch = dequantize_scratch_bytes(model, dict(model.quantized_matrices), step.num_tokens)
+    activations = activation_bytes(model, config.dtype, step, config.device, config.attention_backend, scratch)
     components = [
         weights_component(weight_bytes, weight_detail),
         kv_cache_component(kv_pool.num_bytes, kv_pool.detail),
         codec_scratch_component(codec_scratch_bytes(config, model), codec_detail(config)),
-        activations_component(
-            activation_bytes(model, config.dtype, step, config.device, config.attention_backend), step_detail(step)
-        ),
+        activations_component(activations, step_detail(step)),
     ]
     if config.device == "cuda":
         graph_batches = graph_batch_sizes(config.cuda_graph_batch)

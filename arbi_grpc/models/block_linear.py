@@ -5,8 +5,8 @@ The scales and minimums are held as float16, GGUF's own precision (exactly the s
 `csrc/block_linear.cpp` holds the kernel, built on first use (`cpu_extensions`; about 15 s).
 Up to `SMALL_BATCH` rows it reads the codes directly (a matrix-vector kernel: AVX2 + FMA where the CPU has them),
 each row's arithmetic independent of the others, so a row's output does not depend on the batch; above, the
-weight is dequantized into a float32 scratch matrix and multiplied by torch's float32 matmul (a GEMM reuses each
-weight across rows, which the matrix-vector kernel does not). Both equal the float32 product with
+weight is dequantized in chunks of rows (`quantized_layout.DEQUANTIZE_CHUNK_BYTES` of float32 each) multiplied by
+torch's float32 matmul (a GEMM reuses each weight across rows, which the matrix-vector kernel does not). Both equal the float32 product with
 `QuantizedWeight.dequantize()` up to float32 accumulation order.
 """
 
@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from arbi_grpc.cpu_extensions import load_cpu_extension
+from arbi_grpc.models.quantized_layout import dequantize_chunk_rows
 from arbi_grpc.models.quantized_weights import QuantizedWeight
 
 _SOURCE = Path(__file__).with_name("csrc") / "block_linear.cpp"
@@ -37,12 +38,15 @@ class BlockLinear(nn.Module):
         self.register_buffer("minimum", None if weight.minimum is None else _float16(weight.minimum, "minimum"))
         self.register_buffer("bias", bias)
         self.kernels = load_cpu_extension(_SOURCE)
+        self.chunk_rows = dequantize_chunk_rows(self.out_features, weight.shape[1])
 
-    def dequantize(self, vectorised: bool = True) -> Tensor:
-        """w [N, K] float32, equal to `QuantizedWeight.dequantize()` (`vectorised`: AVX2 where the CPU has it)."""
+    def dequantize(self, vectorised: bool = True, rows: slice = slice(None)) -> Tensor:
+        """w[rows] [n, K] float32, equal to `QuantizedWeight.dequantize()`'s (`vectorised`: AVX2 where the CPU has
+        it)."""
+        codes, scale = self.codes[rows], self.scale[rows]
         if self.kind == "q4":
-            return self.kernels.q4_dequantize(self.codes, self.scale, self.minimum, vectorised)
-        return self.kernels.q8_dequantize(self.codes, self.scale, vectorised)
+            return self.kernels.q4_dequantize(codes, scale, self.minimum[rows], vectorised)
+        return self.kernels.q8_dequantize(codes, scale, vectorised)
 
     def rows(self, indices: Tensor) -> Tensor:
         """w[indices] [T, K] float32: an embedding lookup in the quantized table, equal to the dequantized one's."""
@@ -54,13 +58,24 @@ class BlockLinear(nn.Module):
     def forward(self, states: Tensor) -> Tensor:
         inputs = states.to(torch.float32).contiguous()
         if inputs.shape[0] > SMALL_BATCH:
-            out = F.linear(inputs, self.dequantize())
+            out = self._chunked_product(inputs)
         elif self.kind == "q4":
             out = self.kernels.q4_linear(inputs, self.codes, self.scale, self.minimum, True)
         else:
             out = self.kernels.q8_linear(inputs, self.codes, self.scale, True)
         out = out.to(states.dtype)
         return out if self.bias is None else out.add_(self.bias)
+
+    def _chunked_product(self, inputs: Tensor) -> Tensor:
+        """inputs @ w.T through dequantized chunks of `chunk_rows` of w's rows (one chunk holds all of most
+        layers' matrices)."""
+        if self.chunk_rows >= self.out_features:
+            return F.linear(inputs, self.dequantize())
+        out = inputs.new_empty(inputs.shape[0], self.out_features)
+        for start in range(0, self.out_features, self.chunk_rows):
+            rows = slice(start, start + self.chunk_rows)
+            out[:, rows] = F.linear(inputs, self.dequantize(rows=rows))
+        return out
 
 
 def _float16(values: Tensor, name: str) -> Tensor:

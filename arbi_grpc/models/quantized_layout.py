@@ -28,6 +28,9 @@ GROUP = 32
 _SUFFIX_KINDS = {".q4": "q4", ".q8": "q8"}
 INT8 = "int8"
 _INT8_SCALE_BYTES = 2
+# `BlockLinear` multiplies a batch above its matrix-vector kernel's through float32 chunks of the weight's rows of
+# at most this many bytes (the tied 49,152-row table of SmolLM2 would otherwise take 113 MiB per call).
+DEQUANTIZE_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 def stored_kinds(weights_file: Path) -> dict[str, str]:
@@ -82,6 +85,21 @@ def _layer_groups(model: ModelConfig) -> Iterator[tuple[list[str], list[int], in
 def int8_kinds(model: ModelConfig) -> dict[str, str]:
     """{checkpoint name: "int8"} of the matrices `--cpu-weights int8` quantizes: every layer matrix."""
     return {name: INT8 for names, _, _ in _layer_groups(model) for name in names}
+
+
+def dequantize_chunk_rows(rows: int, columns: int) -> int:
+    """Rows of a [rows, columns] block-quantized matrix that `BlockLinear` dequantizes at a time."""
+    return max(1, min(rows, DEQUANTIZE_CHUNK_BYTES // (columns * 4)))
+
+
+def dequantize_scratch_bytes(model: ModelConfig, kinds: dict[str, str], tokens: int) -> int:
+    """The most a `BlockLinear` product of `tokens` rows holds beside its input and output: one float32 chunk of
+    the weight and the chunk's product, for the largest of the block-quantized matrices `kinds` names."""
+    shapes = [(sum(rows), columns) for names, rows, columns in _layer_groups(model)
+              if {kinds.get(name) for name in names} in ({"q4"}, {"q8"})]
+    shapes += [(model.vocab_size, model.hidden_size) for name in ("model.embed_tokens.weight", "lm_head.weight")
+               if kinds.get(name) in ("q4", "q8")]
+    return max((dequantize_chunk_rows(rows, columns) * (columns + tokens) * 4 for rows, columns in shapes), default=0)
 
 
 def cpu_weight_bytes(model: ModelConfig, kinds: dict[str, str], element: int) -> int:

@@ -13,8 +13,8 @@ from tests.e2e.serve_process import free_port, run_cli
 @pytest.mark.parametrize(("flags", "expected"), [
     (("--max-model-len", "8192", "--kv-cache-memory-mib", "16"),
      ("the KV cache does not fit", "max_model_len=8192", "kv_cache_memory_mib=16", "needs 512 blocks (360.0 MiB)")),
-    (("--memory-limit-mib", "256"),
-     ("does not fit", "weights (134,515,008 parameters", "513.1 MiB", "of 256.0 MiB (memory_limit_mib=256)")),
+    (("--memory-limit-mib", "64"),
+     ("does not fit", "weights (134,515,008 parameters", "92.1 MiB", "of 64.0 MiB (memory_limit_mib=64)")),
     (("--max-step-tokens", "65536", "--memory-limit-mib", "8192"),
      ("does not fit", "activations (step of 65536 tokens", "--max-step-tokens")),
     (("--max-model-len", "9000",), ("max_model_len: 9000 exceeds the model's context of 8192 tokens",)),

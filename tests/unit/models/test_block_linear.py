@@ -1,6 +1,6 @@
 """`BlockLinear`, the CPU kernel of block-quantized weights, against the float64 product with the dequantized
 weight on fresh random inputs (the vectorised and the plain C++ paths, the matrix-vector kernel and the
-dequantize-then-matmul path above `SMALL_BATCH`); its batch rows independent of each other; its dequantization
+dequantize-then-matmul path above `SMALL_BATCH`, whole or in chunks of rows); its batch rows independent of each other; its dequantization
 and embedding rows equal to `QuantizedWeight.dequantize()` exactly."""
 
 from __future__ import annotations
@@ -41,6 +41,20 @@ def test_linear_matches_the_dequantized_weight(kind: str, num_tokens: int, torch
     actual = BlockLinear(weight, bias)(states)
 
     assert actual.dtype == torch.float32 and actual.shape == (num_tokens, 40)
+    assert within_float32(actual, states, weight.dequantize(), bias)
+
+
+@pytest.mark.parametrize("kind", ["q4", "q8"])
+def test_a_batch_through_chunks_of_rows_matches_the_dequantized_weight(kind: str, torch_generator) -> None:
+    weight = random_quantized(kind, 40, 96, torch_generator)
+    bias = torch.randn(40, generator=torch_generator)
+    states = torch.randn(SMALL_BATCH + 3, 96, generator=torch_generator)
+    linear = BlockLinear(weight, bias)
+    linear.chunk_rows = 7  # six chunks, the last of 5 rows
+
+    actual = linear(states)
+
+    assert actual.shape == (SMALL_BATCH + 3, 40)
     assert within_float32(actual, states, weight.dequantize(), bias)
 
 
