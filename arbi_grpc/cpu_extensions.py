@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-Wno-c++20-extensions")
+_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off", "-Wno-c++20-extensions")
 
 
 def compiler_found() -> bool:
