@@ -126,8 +126,8 @@ class TkvDecodeTiles:
 DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True, max_registers=96)
 """What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages, registers capped at 96 (ptxas
 spills 16 bytes, Triton 3.6) so that five programs share an SM where the 127 the compiler picks fit four. H200,
-K4V4, batch 32, 32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-02): 0.97 ms at 5 splits, where the
-uncapped kernel took 1.05 ms at 4 and bf16 0.96 ms."""
+K4V4, batch 32, 32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-03): 0.92 ms at 5 splits, where the
+uncapped kernel took 0.98 ms at 4 and bf16 0.98 ms."""
 
 
 @triton.jit
