@@ -3,11 +3,12 @@ stored): y = x @ w.T in float32 from the codes, scales and minimums themselves.
 
 The scales and minimums are held as float16, GGUF's own precision (exactly the stored float32 values).
 `csrc/block_linear.cpp` holds the kernel, built on first use (`cpu_extensions`; about 15 s).
-Up to `SMALL_BATCH` rows it reads the codes directly (a matrix-vector kernel: AVX2 + FMA where the CPU has them),
-each row's arithmetic independent of the others, so a row's output does not depend on the batch; above, the
-weight is dequantized in chunks of rows (`quantized_layout.DEQUANTIZE_CHUNK_BYTES` of float32 each) multiplied by
-torch's float32 matmul (a GEMM reuses each weight across rows, which the matrix-vector kernel does not). Both equal the float32 product with
-`QuantizedWeight.dequantize()` up to float32 accumulation order.
+Up to `SMALL_BATCH` rows it reads the codes directly (AVX2 + FMA where the CPU has them): each weight is decoded to
+the float32 value `QuantizedWeight.dequantize()` gives, in registers for a single row, and for more rows once per
+call into a small per-thread buffer that is multiplied by blocks of 4 rows; either way every output is the same
+sequence of float32 operations, so a row's output does not depend on its batch. Above, the weight is dequantized
+in chunks of rows (`quantized_layout.DEQUANTIZE_CHUNK_BYTES` of float32 each) multiplied by torch's float32
+matmul. Both equal the float32 product with `QuantizedWeight.dequantize()` up to float32 accumulation order.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
 // y = x @ w.T for a weight held in GGUF's block quantization (groups of 32 inputs), float32 activations and
 // outputs, float32 arithmetic: the CPU kernel of `models/block_linear.py` (which documents the forms).
 //   q4: codes uint8 [N, K / 2] (element 2i low nibble, 2i + 1 high), scale, min float16 [N, K / 32]:
-//       y_tn = sum_g s_ng (sum_j x_tgj q_ngj) + sum_g m_ng (sum_j x_tgj)
-//   q8: codes int8 [N, K], scale float16 [N, K / 32]: y_tn = sum_g s_ng (sum_j x_tgj q_ngj)
-// (float16 is GGUF's own precision for s and m; each is widened to float32 exactly.)
-// The codes are widened to float32 in registers (AVX2 + FMA + F16C when the CPU has them, else plain C++); every
-// token's arithmetic is the same whatever the batch, so a row's output does not depend on its neighbours.
-// Rows are split over torch's intra-op threads.
+//       w_ngj = s_ng q_ngj + m_ng
+//   q8: codes int8 [N, K], scale float16 [N, K / 32]: w_ngj = s_ng q_ngj
+// (float16 is GGUF's own precision for s and m; each is widened to float32 exactly.) Every weight is decoded to
+// the float32 value `QuantizedWeight.dequantize` gives (the product rounded, then the sum: built without
+// floating-point contraction), then y_tn = sum_k w_nk x_tk.
+// Vectorised (AVX2 + FMA + F16C when the CPU has them, else plain C++), each output is 8 lanes of FMA over the
+// columns in order, summed at the end: one row of x decodes the weight in registers, more rows decode each
+// 3 weight rows once into a per-thread float32 buffer and multiply it by blocks of up to 4 rows of x. Both
+// compute every output the same way, so a row's output does not depend on its batch. Weight rows are split over
+// torch's intra-op threads.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -19,52 +23,39 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace {
 
 constexpr int64_t kGroup = 32;
-constexpr int64_t kTokenBlock = 4;
-constexpr int64_t kMaxGroups = 1024;  // K up to 32,768 (the vectorised kernel's per-row scratch)
+constexpr int kTokenBlock = 4;   // rows of x per register block of the batched product
+constexpr int kWeightBlock = 3;  // weight rows per register block (3 x 4 accumulators, 3 weights, 1 input)
+constexpr int kVectorRows = 4;   // weight rows decoded together for a single row of x
 // How far ahead of its reads a row's codes are prefetched: the hardware prefetcher alone left the matrix-vector
 // kernel waiting on memory (the Q8_0 logits table took 2x as long without; 1 to 4 KiB measured alike).
 constexpr int64_t kPrefetchBytes = 2048;
 
-// The activations' sums per group [T, G] (q4's min term), once per call.
-at::Tensor group_sums(const at::Tensor& x) {
-  const int64_t tokens = x.size(0), columns = x.size(1), groups = columns / kGroup;
-  at::Tensor sums = at::empty({tokens, groups}, x.options());
-  const float* source = x.data_ptr<float>();
-  float* sum = sums.data_ptr<float>();
-  for (int64_t i = 0; i < tokens * groups; ++i) {
-    float total = 0.f;
-    for (int64_t j = 0; j < kGroup; ++j) total += source[i * kGroup + j];
-    sum[i] = total;
-  }
-  return sums;
-}
-
-// One row n of the weight against tokens [t0, t0 + TB), plain C++.
+// One weight row n against `tokens` rows of x, plain C++.
 template <bool Q4>
 void row_generic(const uint8_t* codes, const at::Half* scale, const at::Half* minimum, const float* inputs,
-                 const float* sums, int64_t groups, int64_t tokens, float* out, int64_t out_stride) {
+                 int64_t groups, int64_t tokens, float* out, int64_t out_stride) {
   const int64_t columns = groups * kGroup;
   for (int64_t t = 0; t < tokens; ++t) {
     const float* x = inputs + t * columns;
     float total = 0.f;
     for (int64_t g = 0; g < groups; ++g) {
-      float dot = 0.f;
+      const float s = static_cast<float>(scale[g]);
       for (int64_t j = 0; j < kGroup; ++j) {
-        int code;
+        float w;
         if (Q4) {
           const uint8_t byte = codes[g * 16 + j / 2];
-          code = j % 2 == 0 ? (byte & 0x0F) : (byte >> 4);
+          w = static_cast<float>(j % 2 == 0 ? (byte & 0x0F) : (byte >> 4)) * s + static_cast<float>(minimum[g]);
         } else {
-          code = static_cast<int8_t>(codes[g * kGroup + j]);
+          w = static_cast<float>(static_cast<int8_t>(codes[g * kGroup + j])) * s;
         }
-        dot += x[g * kGroup + j] * static_cast<float>(code);
+        total += w * x[g * kGroup + j];
       }
-      total += static_cast<float>(scale[g]) * dot;
-      if (Q4) total += static_cast<float>(minimum[g]) * sums[t * groups + g];
     }
     out[t * out_stride] = total;
   }
@@ -78,111 +69,126 @@ __attribute__((target("avx2,fma,f16c"))) inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-// float16 -> float32 of n values.
-__attribute__((target("avx2,fma,f16c"))) inline void widen(const at::Half* source, float* target, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(target + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(source + i))));
+template <bool Q4>
+constexpr int64_t group_bytes() {
+  return Q4 ? kGroup / 2 : kGroup;
+}
+
+// Elements [8k, 8k + 8) of the group whose codes start at `codes`, as float32: q s (+ m), each rounded.
+template <bool Q4>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 decode8(const uint8_t* codes, int k, __m256 s, __m256 m) {
+  if (Q4) {
+    // A 32-bit word of codes holds 8 consecutive elements' nibbles (element 2i low, 2i + 1 high): broadcast it
+    // to every lane and shift each lane to its own nibble.
+    uint32_t word;
+    std::memcpy(&word, codes + 4 * k, sizeof word);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts),
+                                             _mm256_set1_epi32(0x0F));
+    return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(nibbles), s), m);
   }
-  for (; i < n; ++i) target[i] = _cvtsh_ss(source[i].x);
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * k));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), s);
 }
 
-// sum_i a_i b_i over n values (8 lanes, then the rest in order).
-__attribute__((target("avx2,fma,f16c"))) inline float dot(const float* a, const float* b, int64_t n) {
-  __m256 total = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) total = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), total);
-  float sum = horizontal_sum(total);
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+// One group's 32 weights into w (float32), the same values as the plain loop's.
+template <bool Q4>
+__attribute__((target("avx2,fma,f16c"))) void dequantize_group_avx2(const uint8_t* codes, float s, float m, float* w) {
+  const __m256 scale = _mm256_set1_ps(s), minimum = _mm256_set1_ps(m);
+  for (int k = 0; k < 4; ++k) _mm256_storeu_ps(w + 8 * k, decode8<Q4>(codes, k, scale, minimum));
 }
 
-// R consecutive rows against TB tokens (TB <= kTokenBlock): each group's 32 codes widened once and used by every
-// token, each token's inputs loaded once for the R rows. A row's arithmetic is the same for any R and TB.
-template <bool Q4, int TB, int R>
-__attribute__((target("avx2,fma,f16c"))) void rows_avx2(const uint8_t* codes, int64_t row_bytes, const at::Half* scale,
-                                                    const at::Half* minimum, const float* inputs, const float* sums,
-                                                    int64_t groups, float* out, int64_t out_stride) {
-  const int64_t columns = groups * kGroup;
-  // The rows' scales widened to float32 once, and their min terms sum_g m_g (sum_j x_gj) per token.
-  float scales[R][kMaxGroups];
-  float offset[R][TB];
-  for (int r = 0; r < R; ++r) {
-    widen(scale + r * groups, scales[r], groups);
-    for (int t = 0; t < TB; ++t) offset[r][t] = 0.f;
-    if (Q4) {
-      float mins[kMaxGroups];
-      widen(minimum + r * groups, mins, groups);
-      for (int t = 0; t < TB; ++t) offset[r][t] = dot(mins, sums + t * groups, groups);
+// R consecutive weight rows against one row x, the codes decoded in registers.
+template <bool Q4, int R>
+__attribute__((target("avx2,fma,f16c"))) void rows_vector(const uint8_t* codes, int64_t row_bytes,
+                                                          const at::Half* scale, const at::Half* minimum,
+                                                          const float* x, int64_t groups, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* group_x = x + g * kGroup;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* group_codes = codes + r * row_bytes + g * group_bytes<Q4>();
+      _mm_prefetch(reinterpret_cast<const char*>(group_codes + kPrefetchBytes), _MM_HINT_T0);
+      const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[r * groups + g].x));
+      const __m256 m = Q4 ? _mm256_set1_ps(_cvtsh_ss(minimum[r * groups + g].x)) : _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) {
+        acc[r] = _mm256_fmadd_ps(decode8<Q4>(group_codes, k, s, m), _mm256_loadu_ps(group_x + 8 * k), acc[r]);
+      }
     }
   }
+  for (int r = 0; r < R; ++r) out[r] = horizontal_sum(acc[r]);
+}
+
+// R decoded weight rows w [R, columns] against TB rows of x: R x TB accumulators, the same FMA sequence per
+// output as `rows_vector`'s.
+template <int R, int TB>
+__attribute__((target("avx2,fma,f16c"))) void block_product(const float* w, const float* x, int64_t columns,
+                                                            float* out, int64_t out_stride) {
   __m256 acc[R][TB];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < TB; ++t) acc[r][t] = _mm256_setzero_ps();
   }
-  const __m256i nibble = _mm256_set1_epi32(0x0F);
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-  for (int64_t g = 0; g < groups; ++g) {
-    __m256 w[R][4];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* row_codes = codes + r * row_bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(row_codes + (Q4 ? 16 : kGroup) * g + kPrefetchBytes), _MM_HINT_T0);
-      if (Q4) {
-        // A 32-bit word of codes holds 8 consecutive elements' nibbles (element 2i low, 2i + 1 high): broadcast
-        // it to every lane and shift each lane to its own nibble.
-        const __m256i both = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_codes + g * 16)));
-        const __m256i words[4] = {_mm256_shuffle_epi32(both, 0x00), _mm256_shuffle_epi32(both, 0x55),
-                                  _mm256_shuffle_epi32(both, 0xAA), _mm256_shuffle_epi32(both, 0xFF)};
-        for (int k = 0; k < 4; ++k) {
-          w[r][k] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(words[k], shifts), nibble));
-        }
-      } else {
-        const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_codes + g * kGroup));
-        const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_codes + g * kGroup + 16));
-        w[r][0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first));
-        w[r][1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8)));
-        w[r][2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second));
-        w[r][3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8)));
-      }
-    }
+  for (int64_t c = 0; c < columns; c += 8) {
+    __m256 weights[R];
+    for (int r = 0; r < R; ++r) weights[r] = _mm256_loadu_ps(w + r * columns + c);
     for (int t = 0; t < TB; ++t) {
-      const float* x = inputs + t * columns + g * kGroup;
-      const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
-      const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
-      for (int r = 0; r < R; ++r) {
-        const __m256 first = _mm256_fmadd_ps(w[r][1], x1, _mm256_mul_ps(w[r][0], x0));
-        const __m256 second = _mm256_fmadd_ps(w[r][3], x3, _mm256_mul_ps(w[r][2], x2));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scales[r][g]), _mm256_add_ps(first, second), acc[r][t]);
-      }
+      const __m256 input = _mm256_loadu_ps(x + t * columns + c);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(weights[r], input, acc[r][t]);
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < TB; ++t) out[t * out_stride + r] = horizontal_sum(acc[r][t]) + offset[r][t];
+    for (int t = 0; t < TB; ++t) out[t * out_stride + r] = horizontal_sum(acc[r][t]);
   }
 }
 
-// Rows [0, rows) of a weight block against `tokens` (<= kTokenBlock) tokens: a single token takes rows in pairs.
+using BlockProduct = void (*)(const float*, const float*, int64_t, float*, int64_t);
+constexpr BlockProduct kBlockProducts[kWeightBlock][kTokenBlock] = {
+    {block_product<1, 1>, block_product<1, 2>, block_product<1, 3>, block_product<1, 4>},
+    {block_product<2, 1>, block_product<2, 2>, block_product<2, 3>, block_product<2, 4>},
+    {block_product<3, 1>, block_product<3, 2>, block_product<3, 3>, block_product<3, 4>},
+};
+
+// Weight rows [0, rows) against `tokens` rows of x (out [tokens, out_stride] from its column 0): one row of x
+// through `rows_vector`, more through the decoded buffer and `block_product`.
 template <bool Q4>
-void block_avx2(int64_t rows, int tokens, const uint8_t* codes, int64_t row_bytes, const at::Half* scale,
-                const at::Half* minimum, const float* inputs, const float* sums, int64_t groups, float* out,
-                int64_t out_stride) {
-  for (int64_t n = 0; n < rows;) {
-    const uint8_t* c = codes + n * row_bytes;
-    const at::Half* s = scale + n * groups;
-    const at::Half* m = Q4 ? minimum + n * groups : nullptr;
-    if (tokens == 1 && n + 1 < rows) {
-      rows_avx2<Q4, 1, 2>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride);
-      n += 2;
-      continue;
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2(int64_t rows, int64_t tokens, const uint8_t* codes,
+                                                        int64_t row_bytes, const at::Half* scale,
+                                                        const at::Half* minimum, const float* inputs,
+                                                        int64_t groups, float* out, int64_t out_stride) {
+  if (tokens == 1) {
+    for (int64_t n = 0; n < rows; n += kVectorRows) {
+      const uint8_t* c = codes + n * row_bytes;
+      const at::Half* s = scale + n * groups;
+      const at::Half* m = Q4 ? minimum + n * groups : nullptr;
+      switch (std::min<int64_t>(kVectorRows, rows - n)) {
+        case 1: rows_vector<Q4, 1>(c, row_bytes, s, m, inputs, groups, out + n); break;
+        case 2: rows_vector<Q4, 2>(c, row_bytes, s, m, inputs, groups, out + n); break;
+        case 3: rows_vector<Q4, 3>(c, row_bytes, s, m, inputs, groups, out + n); break;
+        default: rows_vector<Q4, 4>(c, row_bytes, s, m, inputs, groups, out + n); break;
+      }
     }
-    switch (tokens) {
-      case 1: rows_avx2<Q4, 1, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
-      case 2: rows_avx2<Q4, 2, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
-      case 3: rows_avx2<Q4, 3, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
-      default: rows_avx2<Q4, 4, 1>(c, row_bytes, s, m, inputs, sums, groups, out + n, out_stride); break;
+    return;
+  }
+  const int64_t columns = groups * kGroup;
+  std::vector<float> decoded(kWeightBlock * columns);
+  for (int64_t n = 0; n < rows; n += kWeightBlock) {
+    const int block = static_cast<int>(std::min<int64_t>(kWeightBlock, rows - n));
+    for (int r = 0; r < block; ++r) {
+      const uint8_t* row_codes = codes + (n + r) * row_bytes;
+      for (int64_t g = 0; g < groups; ++g) {
+        const uint8_t* group_codes = row_codes + g * group_bytes<Q4>();
+        _mm_prefetch(reinterpret_cast<const char*>(group_codes + kPrefetchBytes), _MM_HINT_T0);
+        const int64_t i = (n + r) * groups + g;
+        dequantize_group_avx2<Q4>(group_codes, _cvtsh_ss(scale[i].x), Q4 ? _cvtsh_ss(minimum[i].x) : 0.f,
+                                  decoded.data() + r * columns + g * kGroup);
+      }
     }
-    n += 1;
+    for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
+      const int64_t token_block = std::min<int64_t>(kTokenBlock, tokens - t0);
+      kBlockProducts[block - 1][token_block - 1](decoded.data(), inputs + t0 * columns, columns,
+                                                 out + t0 * out_stride + n, out_stride);
+    }
   }
 }
 
@@ -209,59 +215,25 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::
   }
   at::Tensor out = at::empty({tokens, rows}, x.options());
   if (tokens == 0 || rows == 0) return out;
-  const at::Tensor sum_tensor = Q4 ? group_sums(x) : at::Tensor();
   const uint8_t* code_data = static_cast<const uint8_t*>(codes.data_ptr());
   const at::Half* scale_data = scale.data_ptr<at::Half>();
   const at::Half* min_data = Q4 ? minimum.data_ptr<at::Half>() : nullptr;
   const float* inputs = x.data_ptr<float>();
-  const float* sums = Q4 ? sum_tensor.data_ptr<float>() : nullptr;
   float* out_data = out.data_ptr<float>();
   const int64_t row_bytes = Q4 ? columns / 2 : columns;
-  const bool use_avx2 = vectorised && has_avx2() && groups <= kMaxGroups;
+  const bool use_avx2 = vectorised && has_avx2();
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
-      const int64_t block = std::min(kTokenBlock, tokens - t0);
-      const float* block_inputs = inputs + t0 * columns;
-      const float* block_sums = Q4 ? sums + t0 * groups : nullptr;
-      float* block_out = out_data + t0 * rows;
-      if (use_avx2) {
-        block_avx2<Q4>(end - begin, static_cast<int>(block), code_data + begin * row_bytes, row_bytes,
-                       scale_data + begin * groups, Q4 ? min_data + begin * groups : nullptr, block_inputs,
-                       block_sums, groups, block_out + begin, rows);
-        continue;
-      }
-      for (int64_t n = begin; n < end; ++n) {
-        row_generic<Q4>(code_data + n * row_bytes, scale_data + n * groups, Q4 ? min_data + n * groups : nullptr,
-                        block_inputs, block_sums, groups, block, block_out + n, rows);
-      }
+    if (use_avx2) {
+      rows_avx2<Q4>(end - begin, tokens, code_data + begin * row_bytes, row_bytes, scale_data + begin * groups,
+                    Q4 ? min_data + begin * groups : nullptr, inputs, groups, out_data + begin, rows);
+      return;
+    }
+    for (int64_t n = begin; n < end; ++n) {
+      row_generic<Q4>(code_data + n * row_bytes, scale_data + n * groups, Q4 ? min_data + n * groups : nullptr,
+                      inputs, groups, tokens, out_data + n, rows);
     }
   });
   return out;
-}
-
-// One group's 32 weights into w (float32), 8 lanes at a time: q4 codes (element 2j the low nibble of byte j,
-// 2j + 1 the high) times s, plus m, rounded after each; q8 codes times s. The same values as the plain loop.
-template <bool Q4>
-__attribute__((target("avx2,fma,f16c"))) void dequantize_group_avx2(const uint8_t* codes, float s, float m, float* w) {
-  const __m256 scale = _mm256_set1_ps(s), minimum = _mm256_set1_ps(m);
-  __m128i bytes[4];
-  if (Q4) {
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
-    const __m128i low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
-    const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
-    const __m128i first = _mm_unpacklo_epi8(low, high), second = _mm_unpackhi_epi8(low, high);  // elements 0-15, 16-31
-    bytes[0] = first, bytes[1] = _mm_srli_si128(first, 8), bytes[2] = second, bytes[3] = _mm_srli_si128(second, 8);
-  } else {
-    const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
-    const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16));
-    bytes[0] = first, bytes[1] = _mm_srli_si128(first, 8), bytes[2] = second, bytes[3] = _mm_srli_si128(second, 8);
-  }
-  for (int k = 0; k < 4; ++k) {
-    const __m256i wide = Q4 ? _mm256_cvtepu8_epi32(bytes[k]) : _mm256_cvtepi8_epi32(bytes[k]);
-    __m256 value = _mm256_mul_ps(_mm256_cvtepi32_ps(wide), scale);
-    if (Q4) value = _mm256_add_ps(value, minimum);
-    _mm256_storeu_ps(w + 8 * k, value);
-  }
 }
 
 // w [N, K] float32, as `QuantizedWeight.dequantize` computes it (the product rounded, then the sum: built

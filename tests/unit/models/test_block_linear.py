@@ -58,30 +58,42 @@ def test_a_batch_through_chunks_of_rows_matches_the_dequantized_weight(kind: str
     assert within_float32(actual, states, weight.dequantize(), bias)
 
 
+def kernel_product(linear: BlockLinear, states: torch.Tensor, vectorised: bool) -> torch.Tensor:
+    """The matrix-vector kernel itself (whatever the batch), vectorised or plain C++."""
+    if linear.kind == "q4":
+        return linear.kernels.q4_linear(states, linear.codes, linear.scale, linear.minimum, vectorised)
+    return linear.kernels.q8_linear(states, linear.codes, linear.scale, vectorised)
+
+
 @pytest.mark.parametrize("kind", ["q4", "q8"])
 @pytest.mark.parametrize("vectorised", [True, False])
-def test_kernel_paths_match_the_dequantized_weight(kind: str, vectorised: bool, torch_generator) -> None:
-    weight = random_quantized(kind, 24, 160, torch_generator)
-    states = torch.randn(7, 160, generator=torch_generator)
-    linear = BlockLinear(weight, None)
+@pytest.mark.parametrize("num_tokens", [1, 2, 4, 5, 7, SMALL_BATCH])
+def test_kernel_paths_match_the_dequantized_weight(kind: str, vectorised: bool, num_tokens: int,
+                                                   torch_generator) -> None:
+    # 41 rows: blocks of 3 and 4 weight rows and 16-row thread shares, each with a remainder
+    weight = random_quantized(kind, 41, 160, torch_generator)
+    states = torch.randn(num_tokens, 160, generator=torch_generator)
 
-    if kind == "q4":
-        actual = linear.kernels.q4_linear(states, linear.codes, linear.scale, linear.minimum, vectorised)
-    else:
-        actual = linear.kernels.q8_linear(states, linear.codes, linear.scale, vectorised)
+    actual = kernel_product(BlockLinear(weight, None), states, vectorised)
 
-    assert within_float32(actual, states, weight.dequantize(), torch.zeros(24))
+    assert actual.shape == (num_tokens, 41)
+    assert within_float32(actual, states, weight.dequantize(), torch.zeros(41))
 
 
 @pytest.mark.parametrize("kind", ["q4", "q8"])
-def test_a_row_does_not_depend_on_its_batch(kind: str, torch_generator) -> None:
-    linear = BlockLinear(random_quantized(kind, 64, 128, torch_generator), None)
-    states = torch.randn(SMALL_BATCH, 128, generator=torch_generator)
+@pytest.mark.parametrize("vectorised", [True, False])
+@pytest.mark.parametrize("num_tokens", [2, 5, SMALL_BATCH])
+def test_a_row_does_not_depend_on_its_batch(kind: str, vectorised: bool, num_tokens: int, torch_generator) -> None:
+    linear = BlockLinear(random_quantized(kind, 41, 128, torch_generator), None)
+    states = torch.randn(num_tokens, 128, generator=torch_generator)
 
-    batched = linear(states)
+    batched = kernel_product(linear, states, vectorised)
 
-    for row in (0, 5, SMALL_BATCH - 1):
-        assert torch.equal(batched[row], linear(states[row: row + 1])[0])
+    for row in range(num_tokens):
+        assert torch.equal(batched[row], kernel_product(linear, states[row: row + 1], vectorised)[0])
+        assert torch.equal(batched[row], kernel_product(linear, states[: row + 1], vectorised)[row])
+    if vectorised:
+        assert torch.equal(linear(states), batched)
 
 
 @pytest.mark.parametrize("kind", ["q4", "q8"])
