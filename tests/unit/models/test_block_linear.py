@@ -1,7 +1,7 @@
 """`BlockLinear`, the CPU kernel of block-quantized weights, against the float64 product with the dequantized
 weight on fresh random inputs (the vectorised and the plain C++ paths, the matrix-vector kernel and the
-dequantize-then-matmul path above `SMALL_BATCH`, whole or in chunks of rows); its batch rows independent of each other; its dequantization
-and embedding rows equal to `QuantizedWeight.dequantize()` exactly."""
+dequantize-then-matmul path above `SMALL_BATCH`, whole or in chunks of rows); its batch rows independent of each
+other; its dequantization and embedding rows equal to `QuantizedWeight.dequantize()` exactly."""
 
 from __future__ import annotations
 
