@@ -24,7 +24,7 @@ from arbi_grpc.models.quantized_layout import dequantize_chunk_rows
 from arbi_grpc.models.quantized_weights import QuantizedWeight
 
 _SOURCE = Path(__file__).with_name("csrc") / "block_linear.cpp"
-SMALL_BATCH = 16  # rows up to which the matrix-vector kernel runs (benchmarks/cpu_weight_kernels.py)
+SMALL_BATCH = 64  # rows up to which the kernel reads the codes itself (benchmarks/cpu_weight_kernels.py)
 
 
 class BlockLinear(nn.Module):
