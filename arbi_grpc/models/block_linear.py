@@ -20,11 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from arbi_grpc.cpu_extensions import load_cpu_extension
-from arbi_grpc.models.quantized_layout import dequantize_chunk_rows
+from arbi_grpc.models.quantized_layout import SMALL_BATCH, dequantize_chunk_rows
 from arbi_grpc.models.quantized_weights import QuantizedWeight
 
 _SOURCE = Path(__file__).with_name("csrc") / "block_linear.cpp"
-SMALL_BATCH = 64  # rows up to which the kernel reads the codes itself (benchmarks/cpu_weight_kernels.py)
 
 
 class BlockLinear(nn.Module):

@@ -28,8 +28,10 @@ GROUP = 32
 _SUFFIX_KINDS = {".q4": "q4", ".q8": "q8"}
 INT8 = "int8"
 _INT8_SCALE_BYTES = 2
-# `BlockLinear` multiplies a batch above its matrix-vector kernel's through float32 chunks of the weight's rows of
-# at most this many bytes (the tied 49,152-row table of SmolLM2 would otherwise take 113 MiB per call).
+# `BlockLinear` reads the codes itself for up to SMALL_BATCH rows (benchmarks/cpu_weight_kernels.py), and
+# multiplies a larger batch through float32 chunks of the weight's rows of at most DEQUANTIZE_CHUNK_BYTES (the
+# tied 49,152-row table of SmolLM2 would otherwise take 113 MiB per call).
+SMALL_BATCH = 64
 DEQUANTIZE_CHUNK_BYTES = 8 * 1024 * 1024
 
 
@@ -93,8 +95,11 @@ def dequantize_chunk_rows(rows: int, columns: int) -> int:
 
 
 def dequantize_scratch_bytes(model: ModelConfig, kinds: dict[str, str], tokens: int) -> int:
-    """The most a `BlockLinear` product of `tokens` rows holds beside its input and output: one float32 chunk of
-    the weight and the chunk's product, for the largest of the block-quantized matrices `kinds` names."""
+    """The most a `BlockLinear` product of `tokens` rows holds beside its input and output: above SMALL_BATCH
+    rows, one float32 chunk of the weight and the chunk's product, for the largest of the block-quantized matrices
+    `kinds` names."""
+    if tokens <= SMALL_BATCH:
+        return 0
     shapes = [(sum(rows), columns) for names, rows, columns in _layer_groups(model)
               if {kinds.get(name) for name in names} in ({"q4"}, {"q8"})]
     shapes += [(model.vocab_size, model.hidden_size) for name in ("model.embed_tokens.weight", "lm_head.weight")
