@@ -28,10 +28,9 @@ def dense_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
 
 
 def _random_sequences(
-    generator: torch.Generator, lengths: list[int], heads: int, kv_heads: int
+    generator: torch.Generator, lengths: list[int], heads: int, kv_heads: int, head_dim: int = 8
 ) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Per sequence: query [L, heads, 8], key and value [L, kv_heads, 8]."""
-    head_dim = 8
+    """Per sequence: query [L, heads, head_dim], key and value [L, kv_heads, head_dim]."""
     return {
         sequence: tuple(
             torch.randn(length, count, head_dim, generator=generator) for count in (heads, kv_heads, kv_heads)
@@ -108,14 +107,16 @@ def test_a_bfloat16_cache_under_float32_activations_stores_rounded_keys_and_valu
 
 
 @pytest.mark.parametrize(
-    "backend",
-    [TorchPagedAttention(), TorchPagedAttention(max_decode_group_size=5, max_decode_group_tokens=96), "cpu kernel"],
-    ids=["default-groups", "small-groups", "cpu-kernel"],
+    "backend,head_dim",
+    [(TorchPagedAttention(), 8), (TorchPagedAttention(max_decode_group_size=5, max_decode_group_tokens=96), 8),
+     ("cpu kernel", 8), ("cpu kernel", 12)],
+    ids=["default-groups", "small-groups", "cpu-kernel-vectorised", "cpu-kernel-plain-loops"],
 )
-def test_large_decode_only_batch_matches_dense(backend, rng, torch_generator):
+def test_large_decode_only_batch_matches_dense(backend, head_dim, rng, torch_generator):
+    """Head dims of 8 take the CPU kernel's AVX2 loops (where the CPU has them), 12 its plain ones."""
     backend = cpu_paged_attention() if backend == "cpu kernel" else backend
     lengths = [rng.randint(1, 40) for _ in range(48)]
-    sequences = _random_sequences(torch_generator, lengths, heads=6, kv_heads=3)
+    sequences = _random_sequences(torch_generator, lengths, heads=6, kv_heads=3, head_dim=head_dim)
     # Prefill everything but the last token (one-token prompts have nothing to prefill), then one decode step.
     prefill = [(seq, length - 1) for seq, length in enumerate(lengths) if length > 1]
     decode = [(seq, 1) for seq in range(len(lengths))]
