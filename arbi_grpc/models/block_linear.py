@@ -56,14 +56,16 @@ class BlockLinear(nn.Module):
         return self.kernels.q8_dequantize(codes, scale, True)
 
     def forward(self, states: Tensor) -> Tensor:
-        inputs = states.to(torch.float32).contiguous()
+        widened = states.dtype != torch.float32
+        inputs = states.float().contiguous() if widened else states.contiguous()
         if inputs.shape[0] > SMALL_BATCH:
             out = self._chunked_product(inputs)
         elif self.kind == "q4":
             out = self.kernels.q4_linear(inputs, self.codes, self.scale, self.minimum, True)
         else:
             out = self.kernels.q8_linear(inputs, self.codes, self.scale, True)
-        out = out.to(states.dtype)
+        if widened:
+            out = out.to(states.dtype)
         return out if self.bias is None else out.add_(self.bias)
 
     def _chunked_product(self, inputs: Tensor) -> Tensor:
