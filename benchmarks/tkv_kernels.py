@@ -10,8 +10,9 @@ us/call" column). A call that cannot be captured (a host sync) falls back to tri
 caches are filled by the TKV write kernel from random model-space K/V with random calibration transforms, over
 the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (block_n, warps, pipeline stages,
 register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32. --decode-only times just
-the K4V4 decode kernel at 32k context (batch 32, 8 and 1) against bf16: the default next to the kernel before its
-register cap, the folded-scale kernel (tkv_folded_decode.py) and other split counts, in about a minute.
+the K4V4 decode kernel at 32k context (batch 32, 8 and 1) against bf16: the default next to other split counts, the
+kernel before its register cap, register prefetch, the folded-scale kernel (tkv_folded_decode.py) and the exact
+window in one tile, in about a minute.
 --prefill-only times bf16 and TKV prefill (both rules of what a chunk reads exact) of 4 x 2,048-token prompts and
 of 512-token chunks after 1,536 cached tokens, at several tile shapes.
 Usage: python -m benchmarks.tkv_kernels [--output bench-results/tkv.json] [--sweep | --decode-only | --prefill-only]
@@ -187,16 +188,18 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
 
 
 UNCAPPED_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, max_registers=None)  # the default before 2026-12-02
+PREFETCH_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, num_stages=1, prefetch=True, max_registers=128)
 FOLDED_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, folded_scales=True, max_registers=128)
 DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] = {  # batch: (tiles, num_splits)
-    # auto: choose_tkv_num_splits (5 at batch 32, 20 at batch 8, 128 at batch 1); the uncapped kernel at the
-    # splits it was given when four programs shared an SM
-    32: ((UNCAPPED_DECODE_TILES, 4), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4),
-         (FOLDED_DECODE_TILES, 4), (dataclasses.replace(FOLDED_DECODE_TILES, max_registers=96), None),
+    # auto: choose_tkv_num_splits (5 at batch 32, 20 at batch 8, 128 at batch 1); the kernels that fit four
+    # programs per SM at the splits that fill two waves of them
+    32: ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4), (DEFAULT_DECODE_TILES, 10),
+         (UNCAPPED_DECODE_TILES, 4), (PREFETCH_DECODE_TILES, 4), (FOLDED_DECODE_TILES, 4),
+         (dataclasses.replace(FOLDED_DECODE_TILES, max_registers=96), None),
          (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
-    8: ((UNCAPPED_DECODE_TILES, 16), (DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 16),
+    8: ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 16), (UNCAPPED_DECODE_TILES, 16),
         (FOLDED_DECODE_TILES, 16)),
-    1: ((UNCAPPED_DECODE_TILES, 128), (DEFAULT_DECODE_TILES, None), (FOLDED_DECODE_TILES, 128)),
+    1: ((DEFAULT_DECODE_TILES, None), (UNCAPPED_DECODE_TILES, 128), (FOLDED_DECODE_TILES, 128)),
 }
 
 

@@ -50,10 +50,8 @@ def sink_vectors(block_table_row, tokens, token_valid, kv_head, num_kv_heads, SI
 
 @triton.jit
 def load_words(codes_ptr, vectors, valid, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr = True):
-    """[N, D/8] little-endian words: word i of a head vector holds its codes 8i..8i+7, code k at bit k*BITS; or,
-    for 4 bits from the pool viewed as int64 (nibble_pair_view), [N, D/16] pairs of words (word 2j in the low
-    half). MASKED=False loads every row unpredicated (garbage where not `valid`): all `vectors` must lie in the
-    pool."""
+    """[N, D/8] little-endian words: word i of a head vector holds its codes 8i..8i+7, code k at bit k*BITS.
+    MASKED=False loads every row unpredicated (garbage where not `valid`): all `vectors` must lie in the pool."""
     UNITS_PER_VECTOR: tl.constexpr = HEAD_DIM * BITS // 8 // (codes_ptr.dtype.element_ty.primitive_bitwidth // 8)
     row_mask = valid[:, None] if MASKED else tl.full([vectors.shape[0], 1], True, tl.int1)  # the latter folds away
     if BITS == 2 or BITS == 4 or BITS == 8:  # codes_ptr is the pool viewed as int16 / int32 / int64
@@ -149,25 +147,23 @@ def load_coded_vectors(codes_ptr, metadata_ptr, blocks, offsets, kv_head, num_kv
     zero of 0, so every block must lie in the pool (paged_blocks sends invalid positions to block 0)."""
     vectors = (blocks * PAGE_SIZE + offsets) * num_kv_heads + kv_head
     words = load_words(codes_ptr, vectors, valid, BITS, HEAD_DIM, MASK_WORDS)
-    entries = tl.arange(0, 2 * HEAD_DIM // GROUP)
+    groups = tl.arange(0, HEAD_DIM // GROUP)
     rows = vectors + (kv_head * (PAGE_SIZE - 1) - offsets * (num_kv_heads - 1))  # (block * Hkv + head) * P + offset
-    metadata = tl.load(metadata_ptr + rows[:, None] * (2 * HEAD_DIM // GROUP) + entries[None, :],
-                       mask=valid[:, None], other=0.0)  # [N, 2 * D/G]: scale and zero of group 0, of group 1, ...
-    scale, zero = tl.split(tl.reshape(metadata, [blocks.shape[0], HEAD_DIM // GROUP, 2]))
+    pairs = tl.load(metadata_ptr + rows[:, None] * (HEAD_DIM // GROUP) + groups[None, :], mask=valid[:, None],
+                    other=0)  # [N, D/G] int32: group g's scale in the low 16 bits, its zero in the high 16
+    scale = pairs.to(tl.int16).to(tl.float16, bitcast=True)
+    zero = (pairs >> 16).to(tl.int16).to(tl.float16, bitcast=True)
     return words, scale, zero
 
 
-def _nibble_pairs_ptx(biased: bool) -> str:
-    """The inline PTX of NIBBLE_PAIRS_PTX: per output register r, shift the word by 4 * (r % 4), mask two codes
-    and give them an exponent in one lop3, then (unless `biased`) remove the exponent's 1024 in one packed
-    subtraction."""
-    lines = ["{", "    .reg .b32 mask, bias, half, low, high;", "    mov.b32 mask, 0x000F000F;",
-             "    mov.b32 bias, 0x64006400;", "    mov.b64 {low, high}, $8;"]
-    for register in range(8):
-        word, shift = ("low", "high")[register // 4], 4 * (register % 4)
-        if shift:
-            lines.append(f"    shr.u32 half, {word}, {shift};")
-        source = "half" if shift else word
+def _nibble_word_ptx(biased: bool) -> str:
+    """The inline PTX of NIBBLE_WORD_PTX: per output register r, shift the word by 4 * r, mask two codes and give
+    them an exponent in one lop3, then (unless `biased`) remove the exponent's 1024 in one packed subtraction."""
+    lines = ["{", "    .reg .b32 mask, bias, half;", "    mov.b32 mask, 0x000F000F;", "    mov.b32 bias, 0x64006400;"]
+    for register in range(4):
+        if register:
+            lines.append(f"    shr.u32 half, $4, {4 * register};")
+        source = "half" if register else "$4"
         if biased:
             lines.append(f"    lop3.b32 ${register}, {source}, mask, bias, 0xEA;")
         else:
@@ -176,32 +172,32 @@ def _nibble_pairs_ptx(biased: bool) -> str:
     return "\n".join([*lines, "}"])
 
 
-NIBBLE_PAIRS_PTX = tl.constexpr(_nibble_pairs_ptx(biased=False))
-"""Two 4-bit words (int64 $8; $9..$23 are copies) to their 16 codes as float16, two per output register: register
-r < 4 holds codes r and r + 4 of the low word, 16 bits apart, so one lop3 ((w >> 4r) & 0x000F000F) | 0x64006400
-masks both and gives them the exponent of 1024, one packed subtraction removes the 1024; registers 4..7 the same
-for the high word. Output element 2r + e of each word is code r + 4e: the code_channels order."""
+NIBBLE_WORD_PTX = tl.constexpr(_nibble_word_ptx(biased=False))
+"""One 4-bit word (int32 $4; $5..$11 are copies) to its 8 codes as float16, two per output register: register r
+holds codes r and r + 4, 16 bits apart, so one lop3 ((w >> 4r) & 0x000F000F) | 0x64006400 masks both and gives them
+the exponent of 1024, one packed subtraction removes the 1024. Output element 2r + e is code r + 4e: the
+code_channels order."""
 
-BIASED_NIBBLE_PAIRS_PTX = tl.constexpr(_nibble_pairs_ptx(biased=True))
-"""NIBBLE_PAIRS_PTX without the subtraction: each code c comes out as the float16 1024 + c (exact)."""
+BIASED_NIBBLE_WORD_PTX = tl.constexpr(_nibble_word_ptx(biased=True))
+"""NIBBLE_WORD_PTX without the subtraction: each code c comes out as the float16 1024 + c (exact)."""
 
 
 @triton.jit
-def nibble_pairs_as_halves(pairs, HEAD_DIM: tl.constexpr, BIASED: tl.constexpr = False):
-    """[N, D/16] int64 pairs of 4-bit words -> float16 codes [N, D] in code_channels order, by inline PTX
-    (compiled kernels only, not the interpreter): per 8 codes 3 shifts, 4 lop3 and 4 packed subtractions, about
-    half of what unpack_words plus codes_as_floats take (sm_90 SASS). Correct only while inline_asm_elementwise
-    hands one asm the 16 elements of one thread's [2, 2, 2, 2] join in register order (the join order of
-    unpack_words): true of the layouts Triton 3.6 picks for every tile bench_tkv times (checked in their TTGIR),
-    not of all (loading the scales as [N, D/G, 1] made it interleave two tokens), so tests/gpu compare this path
-    against the reference. BIASED: codes c as 1024 + c, without the subtractions."""
-    copies = tl.join(pairs, pairs)
+def nibble_words_as_halves(words, HEAD_DIM: tl.constexpr, BIASED: tl.constexpr = False):
+    """[N, D/8] int32 4-bit words -> float16 codes [N, D] in code_channels order, by inline PTX (compiled kernels
+    only, not the interpreter): per 8 codes 3 shifts, 4 lop3 and 4 packed subtractions, about half of what
+    unpack_words plus codes_as_floats take (sm_90 SASS). One word per asm gives each thread 16 contiguous bytes of a
+    decoded row (32 with two words per asm from int64 pairs, as before 2026-12-03, which took the default decode tile
+    0.84 ms where this takes 0.81: H200, K4V4, batch 32, 32k). Correct only while inline_asm_elementwise hands one asm the 8 elements of one thread's
+    [2, 2, 2] join in register order: true of the layouts Triton 3.6 picks for every tile bench_tkv times (checked
+    in their TTGIR), not of all, so tests/gpu compare this path against the reference. BIASED: codes c as
+    1024 + c, without the subtractions."""
+    copies = tl.join(words, words)
     copies = tl.join(copies, copies)
-    copies = tl.join(copies, copies)
-    copies = tl.join(copies, copies)  # [N, D/16, 2, 2, 2, 2]: the pair once per code, in one thread's registers
-    codes = tl.inline_asm_elementwise(BIASED_NIBBLE_PAIRS_PTX if BIASED else NIBBLE_PAIRS_PTX, "=r,=r,=r,=r,=r,=r,=r,=r" + ",l" * 16, [copies],
-                                      dtype=tl.float16, is_pure=True, pack=16)
-    return tl.reshape(codes, [pairs.shape[0], HEAD_DIM])
+    copies = tl.join(copies, copies)  # [N, D/8, 2, 2, 2]: the word once per code, in one thread's registers
+    codes = tl.inline_asm_elementwise(BIASED_NIBBLE_WORD_PTX if BIASED else NIBBLE_WORD_PTX, "=r,=r,=r,=r" + ",r" * 8,
+                                      [copies], dtype=tl.float16, is_pure=True, pack=8)
+    return tl.reshape(codes, [words.shape[0], HEAD_DIM])
 
 
 INTERPRETED = tl.constexpr(triton.knobs.runtime.interpret)
@@ -227,13 +223,12 @@ def fused_multiply_add(x, y, z):
 
 @triton.jit
 def decode_vectors(words, scale, zero, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
-                   DTYPE: tl.constexpr):
+                   DTYPE: tl.constexpr, PTX_NIBBLES: tl.constexpr = False):
     """DTYPE [N, D] = zero + code * scale in registers, channels in code_channels order: one fused multiply-add
-    (fused_multiply_add), so one rounding, as in float32 then a cast. 4-bit words loaded as int64 pairs (from
-    nibble_pair_view) become float16 codes by inline PTX (nibble_pairs_as_halves)."""
-    if BITS == 4 and words.dtype == tl.int64:
-        tl.static_assert(DTYPE == tl.float16, "4-bit word pairs decode by PTX into float16 tiles only")
-        codes = tl.reshape(nibble_pairs_as_halves(words, HEAD_DIM), [words.shape[0], HEAD_DIM // GROUP, GROUP])
+    (fused_multiply_add), so one rounding, as in float32 then a cast. PTX_NIBBLES: 4-bit words become float16 codes
+    by inline PTX (nibble_words_as_halves) in compiled float16 kernels; elsewhere the flag changes nothing."""
+    if BITS == 4 and PTX_NIBBLES and DTYPE == tl.float16 and not INTERPRETED:
+        codes = tl.reshape(nibble_words_as_halves(words, HEAD_DIM), [words.shape[0], HEAD_DIM // GROUP, GROUP])
     else:
         codes = unpack_words(words, BITS, HEAD_DIM)  # [N, D]
         codes = codes_as_floats(tl.reshape(codes, [words.shape[0], HEAD_DIM // GROUP, GROUP]), DTYPE)
@@ -273,19 +268,19 @@ def attend_coded_tile(
     key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr,
     APPLY_MASK: tl.constexpr, KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr = True,
-    TRANSPOSED_DOTS: tl.constexpr = False,
+    TRANSPOSED_DOTS: tl.constexpr = False, PTX_NIBBLES: tl.constexpr = False,
 ):
     """Fold the coded positions `tokens` (where `coded`) of one sequence and kv head into (m_i, l_i, acc):
     K read, decoded and scored first, then V read, decoded and summed, both decoded straight into q's dtype.
-    MASK_WORDS: as load_coded_vectors; TRANSPOSED_DOTS: as attend_tile."""
+    MASK_WORDS: as load_coded_vectors; TRANSPOSED_DOTS: as attend_tile; PTX_NIBBLES: as decode_vectors."""
     blocks, offsets = paged_blocks(block_table_row, tokens, coded, PAGE_SIZE), tokens % PAGE_SIZE
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_metadata_ptr, blocks, offsets, kv_head, num_kv_heads,
                                             coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
-    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK, DOT_PRECISION, TRANSPOSED_DOTS)
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
                                             num_kv_heads, coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
-    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
@@ -293,12 +288,12 @@ def attend_coded_tile(
 def attend_decoded_tile(
     q, visible, key_words, key_scale, key_zero, value_words, value_scale, value_zero, m_i, l_i, acc,
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False, PTX_NIBBLES: tl.constexpr = False,
 ):
     """attend_coded_tile over a tile whose words, scales and zeros were loaded earlier (load_coded_vectors)."""
-    k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype)
+    k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, True, DOT_PRECISION, TRANSPOSED_DOTS)
-    v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype)
+    v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 

@@ -40,18 +40,18 @@ from arbi_kernels.decode_attention import (
 from arbi_kernels.device import multiprocessor_count
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
-    attend_coded_tile,
     attend_decoded_tile,
     attend_sink_tile,
     attend_tile,
     code_channels,
+    decode_vectors,
     load_coded_vectors,
     paged_blocks,
 )
 from arbi_kernels.tkv_layout import (
     TkvLayerTensors,
     compute_precision,
-    nibble_pair_view,
+    metadata_pair_view,
     packed_code_view,
     require_compute_dtype,
     sink_tile_size,
@@ -84,22 +84,22 @@ def choose_tkv_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, nu
 @dataclass(frozen=True)
 class TkvDecodeTiles:
     """Launch shape of the TKV decode kernel: context tokens per loop step, warps, Triton's software-pipeline
-    depth (num_stages: its pipeliner stages the block-id and code loads through shared memory), and `prefetch`:
-    the kernel itself loads the next tile's codes, scales and zeros into registers before decoding this one
-    (meant with num_stages=1). max_registers caps registers per thread (ptxas spills the rest) so that more
+    depth (num_stages: its pipeliner stages the block-id, code and metadata loads through shared memory), and
+    `prefetch`: the kernel itself loads the next tile's codes, scales and zeros into registers before decoding this
+    one (meant with num_stages=1). max_registers caps registers per thread (ptxas spills the rest) so that more
     programs fit an SM: None lets the compiler choose. mask_words predicates every packed-word load on its position
     being a coded one, as the kernel first did; by default only the block ids, scales and zeros are masked (a
     position outside the split reads block 0's words, which decode to 0 with a scale and zero of 0): on sm_90 that
     takes the default tile from 149 to 128 registers, 3 to 4 programs per SM (benchmarks/tkv_kernels.py --decode-only).
-    ptx_nibbles: 4-bit pools read as int64 pairs of words and made float16 by inline PTX (tkv_layout.nibble_pair_view
-    and nibble_pairs_as_halves), on CUDA with float16 compute only (elsewhere, and for other widths, the flag
-    changes nothing). transposed_dots: scores as (k @ q^T)^T and the value sum as (v^T @ p^T)^T
-    (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64 and 4 warps. window_blocks: blocks of the exact
-    window read per fp16 tile (at most the window's; one tile per block by default: a whole 4-block window in one
-    64-row tile of float32 rows took the kernel from 1.04 to 1.32 ms at batch 32, 32k, on the H200). The field
-    defaults are the plain kernel; the wrapper's default is DEFAULT_TKV_DECODE_TILES. folded_scales: the kernel of
-    tkv_folded_decode.py instead (codes enter both dots bare, the group scales and zeros are folded into them; block_n,
-    warps, stages and max_registers apply, the other options do not)."""
+    ptx_nibbles: 4-bit words made float16 by inline PTX (tkv_core.nibble_words_as_halves) in compiled kernels with
+    float16 compute (elsewhere, and for other widths, the flag changes nothing). transposed_dots: scores as
+    (k @ q^T)^T and the value sum as (v^T @ p^T)^T (tkv_core.attend_tile), Hopper warpgroup MMAs at block_n 64 and
+    4 warps. window_blocks: blocks of the exact window read per fp16 tile (at most the window's; one tile per block
+    by default: a whole 4-block window in one 64-row tile of float32 rows took the kernel from 1.04 to 1.32 ms at
+    batch 32, 32k, on the H200). The field defaults are the plain kernel; the wrapper's default is
+    DEFAULT_TKV_DECODE_TILES. folded_scales: the kernel of tkv_folded_decode.py instead (codes enter both dots bare,
+    the group scales and zeros are folded into them; block_n, warps, stages, max_registers and ptx_nibbles apply, the
+    other options do not)."""
 
     block_n: int = 64
     num_warps: int = 4
@@ -125,9 +125,9 @@ class TkvDecodeTiles:
 
 DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True, max_registers=96)
 """What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages, registers capped at 96 (ptxas
-spills 16 bytes, Triton 3.6) so that five programs share an SM where the 127 the compiler picks fit four. H200,
-K4V4, batch 32, 32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-03): 0.92 ms at 5 splits, where the
-uncapped kernel took 0.98 ms at 4 and bf16 0.98 ms."""
+spills 12 bytes, Triton 3.6) so that five programs share an SM where the 168 the compiler picks fit three. H200,
+K4V4, batch 32, 32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-03): 0.81 ms at 5 splits, where the
+uncapped kernel took 1.10 ms at 4 and bf16 0.97 ms."""
 
 
 @triton.jit
@@ -147,6 +147,34 @@ def _attend_window_tile(q, seq, seq_len, tile_start, tail_slots_ptr, kv_head, nu
     return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)
 
 
+@triton.jit
+def _attend_coded_tile(q, tokens, coded, block_table_row, kv_head, num_kv_heads, m_i, l_tile, acc,
+                       key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr, KEY_BITS: tl.constexpr,
+                       VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                       DOT_PRECISION: tl.constexpr, MASK_WORDS: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr,
+                       PTX_NIBBLES: tl.constexpr):
+    """tkv_core.attend_coded_tile with the softmax sum kept per (head, tile column) in l_tile [M, N], rescaled but
+    not reduced: the caller sums it once after the loop, so a tile makes one reduction across its warps (the max)
+    where it made two (H200, K4V4, batch 32, 32k: 0.84 ms against 0.88)."""
+    blocks, offsets = paged_blocks(block_table_row, tokens, coded, PAGE_SIZE), tokens % PAGE_SIZE
+    words, scale, zero = load_coded_vectors(key_codes_ptr, key_metadata_ptr, blocks, offsets, kv_head, num_kv_heads,
+                                            coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
+    k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
+    if TRANSPOSED_DOTS:
+        scores = tl.trans(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION))  # [M, N], log2 units
+    else:
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    scores = tl.where(coded[None, :], scores, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(scores - m_new[:, None])
+    l_tile = l_tile * alpha[:, None] + p
+    words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
+                                            num_kv_heads, coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
+    v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
+    return m_new, l_tile, accumulate_values(acc * alpha[:, None], p, v, DOT_PRECISION, TRANSPOSED_DOTS)
+
+
 @triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
 def _tkv_decode_partition_kernel(
     q_ptr, key_codes_ptr, key_metadata_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
@@ -162,7 +190,7 @@ def _tkv_decode_partition_kernel(
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr,
     COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr, MASK_WORDS: tl.constexpr,
-    TRANSPOSED_DOTS: tl.constexpr, USE_PDL: tl.constexpr,
+    TRANSPOSED_DOTS: tl.constexpr, PTX_NIBBLES: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0)
@@ -229,20 +257,24 @@ def _tkv_decode_partition_kernel(
                                        PAGE_SIZE)
             m_i, l_i, acc = attend_decoded_tile(
                 q, coded[None, :], key_words, key_scale, key_zero, value_words, value_scale, value_zero,
-                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION, TRANSPOSED_DOTS,
+                m_i, l_i, acc, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, DOT_PRECISION, TRANSPOSED_DOTS, PTX_NIBBLES,
             )
             tokens, coded = next_tokens, next_coded
             key_words, key_scale, key_zero = next_key_words, next_key_scale, next_key_zero
             value_words, value_scale, value_zero = next_value_words, next_value_scale, next_value_zero
     else:
+        m_before = m_i
+        l_tile = tl.zeros([GROUP_PAD, BLOCK_N], dtype=tl.float32)  # per-column sums, reduced after the loop
         for tile_start in range(split_start, coded_end, BLOCK_N):
             tokens = tile_start + tl.arange(0, BLOCK_N)
             coded = (tokens < coded_end) & (tokens >= SINK_TOKENS)
-            m_i, l_i, acc = attend_coded_tile(
-                q, tokens, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-                key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr, True, KEY_BITS, VALUE_BITS,
-                GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, TRANSPOSED_DOTS,
+            m_i, l_tile, acc = _attend_coded_tile(
+                q, tokens, coded, block_table_row, kv_head, num_kv_heads, m_i, l_tile, acc,
+                key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr, KEY_BITS, VALUE_BITS,
+                GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION, MASK_WORDS, TRANSPOSED_DOTS, PTX_NIBBLES,
             )
+        shift = tl.where(m_before == float("-inf"), 0.0, tl.exp2(m_before - m_i))  # the loop's rescaling of l_i
+        l_i = l_i * shift + tl.sum(l_tile, axis=1)
 
     has_tokens = l_i > 0.0  # an empty split (past seq_len) contributes nothing
     normalized = acc / tl.where(has_tokens, l_i, 1.0)[:, None]  # [GROUP_PAD, D]
@@ -255,12 +287,6 @@ def _tkv_decode_partition_kernel(
         lse = tl.where(has_tokens, m_i + tl.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
         lse_ptrs = partial_lse_ptr + seq.to(tl.int64) * stride_pl_seq + q_heads * stride_pl_head + split
         tl.store(lse_ptrs, lse, mask=row_valid)
-
-
-def _code_view(codes: torch.Tensor, bits: int, tiles: TkvDecodeTiles, compute_dtype: torch.dtype) -> torch.Tensor:
-    """The code pool as the kernel reads it: int64 word pairs for the PTX unpacking where asked and possible."""
-    pairs = nibble_pair_view(codes, bits) if tiles.ptx_nibbles and compute_dtype == torch.float16 else None
-    return packed_code_view(codes, bits) if pairs is None else pairs
 
 
 def tkv_paged_decode_attention(
@@ -331,9 +357,9 @@ def tkv_paged_decode_attention(
         (num_seqs, num_heads, num_splits) if not single_split else (1, 1, 1), dtype=torch.float32,
         device=query.device,
     )
-    pools = (query, _code_view(layer.key_codes, layer.key_bits, tiles, compute_dtype), layer.key_metadata,
+    pools = (query, packed_code_view(layer.key_codes, layer.key_bits), metadata_pair_view(layer.key_metadata),
              layer.key_sink, layer.key_tail, key_exact,
-             _code_view(layer.value_codes, layer.value_bits, tiles, compute_dtype), layer.value_metadata,
+             packed_code_view(layer.value_codes, layer.value_bits), metadata_pair_view(layer.value_metadata),
              layer.value_sink, layer.value_tail, value_exact,
              block_tables, seq_lens, tail_slots, output, partial_out, partial_lse,
              softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
@@ -346,6 +372,7 @@ def tkv_paged_decode_attention(
                   WINDOW_ROWS=window_rows, TAIL_PAD=tail_tile_size(window_rows), HEAD_DIM=head_dim,
                   PAGE_SIZE=page_size, EXACT_BLOCKS=exact_blocks, BLOCK_N=tiles.block_n, SINGLE_SPLIT=single_split,
                   COMPUTE_DTYPE=triton_dtype(compute_dtype), DOT_PRECISION=compute_precision(compute_dtype),
+                  PTX_NIBBLES=tiles.ptx_nibbles,
                   num_warps=tiles.num_warps, num_stages=tiles.num_stages, maxnreg=tiles.max_registers,
                   **pdl_launch_options(query.device))
     grid = (num_seqs, num_kv_heads, num_splits)

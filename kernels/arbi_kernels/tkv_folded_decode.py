@@ -24,11 +24,12 @@ import triton.language as tl
 
 from arbi_kernels.pdl import wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
+    INTERPRETED,
     code_channels,
     codes_as_floats,
     load_coded_vectors,
     load_sink_tile,
-    nibble_pairs_as_halves,
+    nibble_words_as_halves,
     paged_blocks,
     sink_vectors,
     unpack_words,
@@ -43,14 +44,13 @@ def folded_heads(group_size: int, num_groups: int) -> int:
 
 
 @triton.jit
-def decode_codes(words, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, DTYPE: tl.constexpr):
-    """[N, D] codes c as exact DTYPE floats, channels in code_channels order (4-bit int64 word pairs by inline PTX,
-    other widths by unpack_words): in float16 as 1024 + c, which costs no instruction to make (the code OR-ed into
-    the mantissa of 1024; biased_zeros takes the 1024 back out per group); in float32 as c, since products with
-    2**23 + c would round."""
-    if BITS == 4 and words.dtype == tl.int64:
-        tl.static_assert(DTYPE == tl.float16, "4-bit word pairs decode by PTX into float16 tiles only")
-        codes = nibble_pairs_as_halves(words, HEAD_DIM, BIASED=True)
+def decode_codes(words, BITS: tl.constexpr, HEAD_DIM: tl.constexpr, DTYPE: tl.constexpr, PTX_NIBBLES: tl.constexpr):
+    """[N, D] codes c as exact DTYPE floats, channels in code_channels order (4-bit words by inline PTX where
+    PTX_NIBBLES and compiled, else by unpack_words): in float16 as 1024 + c, which costs no instruction to make (the
+    code OR-ed into the mantissa of 1024; biased_zeros takes the 1024 back out per group); in float32 as c, since
+    products with 2**23 + c would round."""
+    if BITS == 4 and PTX_NIBBLES and DTYPE == tl.float16 and not INTERPRETED:
+        codes = nibble_words_as_halves(words, HEAD_DIM, BIASED=True)
     elif DTYPE == tl.float16:
         codes = (unpack_words(words, BITS, HEAD_DIM).to(tl.int16) | 0x6400).to(tl.float16, bitcast=True)
     else:
@@ -127,7 +127,8 @@ def _tkv_folded_decode_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, WINDOW_ROWS: tl.constexpr, TAIL_PAD: tl.constexpr, HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
-    SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, PTX_NIBBLES: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(USE_PDL)
     NG: tl.constexpr = HEAD_DIM // GROUP
@@ -184,8 +185,9 @@ def _tkv_folded_decode_kernel(
         blocks, offsets = paged_blocks(block_table_row, tokens, coded, PAGE_SIZE), tokens % PAGE_SIZE
         words, scale, zero = load_coded_vectors(key_codes_ptr, key_metadata_ptr, blocks, offsets, kv_head,
                                                 num_kv_heads, coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, False)
-        scores = folded_scores(decode_codes(words, KEY_BITS, HEAD_DIM, COMPUTE_DTYPE), q_fold, q_sums, scale,
-                               biased_zeros(scale, zero, BIAS), HEADS, True, DOT_PRECISION)
+        keys = decode_codes(words, KEY_BITS, HEAD_DIM, COMPUTE_DTYPE, PTX_NIBBLES)
+        scores = folded_scores(keys, q_fold, q_sums, scale, biased_zeros(scale, zero, BIAS), HEADS, True,
+                               DOT_PRECISION)
         m_i, alpha, p = softmax_weights(scores, coded[:, None], m_i)
         l_partial = l_partial * alpha[None, :] + p
         words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
@@ -193,7 +195,7 @@ def _tkv_folded_decode_kernel(
         spread_alpha = spread_heads(alpha, NG)[None, :]
         weights = tl.reshape(p[:, None, :] * scale.to(tl.float32)[:, :, None], [BLOCK_N, NG * HEADS])
         weights = weights.to(COMPUTE_DTYPE)  # the bias's share below is taken from these rounded weights
-        codes = decode_codes(words, VALUE_BITS, HEAD_DIM, COMPUTE_DTYPE)
+        codes = decode_codes(words, VALUE_BITS, HEAD_DIM, COMPUTE_DTYPE, PTX_NIBBLES)
         acc = acc * spread_alpha + tl.dot(tl.trans(codes), weights, input_precision=DOT_PRECISION)
         zero_share = tl.reshape(p[:, None, :] * zero.to(tl.float32)[:, :, None], [BLOCK_N, NG * HEADS])
         zeros_partial = zeros_partial * spread_alpha + zero_share - BIAS * weights.to(tl.float32)

@@ -124,6 +124,13 @@ def packed_code_view(codes: torch.Tensor, bits: int) -> torch.Tensor:
     return codes.view(torch.int32)
 
 
+def metadata_pair_view(metadata: torch.Tensor) -> torch.Tensor:
+    """A group metadata pool as the attention kernels read it: int32 [.., D/G, 1], each group's (scale, zero)
+    fp16 pair one word (scale in the low half), so a tile's metadata is a load of 4-byte words, which Triton's
+    software pipeliner turns into asynchronous copies (it leaves the 2-byte loads of the fp16 view synchronous)."""
+    return metadata.view(torch.int32)
+
+
 def require_compute_dtype(compute_dtype: torch.dtype) -> None:
     if compute_dtype not in COMPUTE_DTYPES:
         raise ValueError(f"compute_dtype: must be torch.float16 or torch.float32, got {compute_dtype}")
@@ -141,11 +148,3 @@ def compute_precision(dtype: torch.dtype) -> str:
 def sink_tile_size(sink_tokens: int) -> int:
     """Rows of the one tile holding the sink prefix (tl.dot needs at least 16)."""
     return max(16, triton.next_power_of_2(max(sink_tokens, 1)))
-
-
-def nibble_pair_view(codes: torch.Tensor, bits: int) -> torch.Tensor | None:
-    """A 4-bit code pool viewed as int64 pairs of words, for load_words and decode_vectors' PTX unpacking: None
-    where that cannot run (interpreter or CPU tensors, other widths, head vectors not a whole number of int64)."""
-    if bits != 4 or codes.device.type != "cuda" or codes.shape[-1] % 8 or triton.knobs.runtime.interpret:
-        return None
-    return codes.view(torch.int64)

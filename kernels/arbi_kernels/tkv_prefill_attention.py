@@ -51,6 +51,7 @@ from arbi_kernels.tkv_core import (
 from arbi_kernels.tkv_layout import (
     TkvLayerTensors,
     compute_precision,
+    metadata_pair_view,
     packed_code_view,
     require_compute_dtype,
     sink_tile_size,
@@ -370,9 +371,9 @@ def tkv_paged_prefill_attention(
     require_supported_prefill_tiles(tiles)
     grid = (triton.cdiv(max_query_len, tiles.block_m), num_seqs, num_heads)
     _tkv_prefill_kernel[grid](
-        query, packed_code_view(layer.key_codes, layer.key_bits), layer.key_metadata, layer.key_sink,
+        query, packed_code_view(layer.key_codes, layer.key_bits), metadata_pair_view(layer.key_metadata), layer.key_sink,
         layer.key_tail, key_exact,
-        packed_code_view(layer.value_codes, layer.value_bits), layer.value_metadata, layer.value_sink,
+        packed_code_view(layer.value_codes, layer.value_bits), metadata_pair_view(layer.value_metadata), layer.value_sink,
         layer.value_tail, value_exact,
         block_tables, query_start_loc, seq_lens, tail_slots, output,
         softmax_scale * LOG2_E, num_heads // num_kv_heads, num_kv_heads,

@@ -12,7 +12,7 @@ import triton.language as tl
 from arbi_grpc.kv_codec.packing import pack_codes
 from arbi_grpc.kv_codec.paged_cache import group_metadata_shape, split_group_metadata
 from arbi_kernels.tkv_core import code_channels, decode_vectors, load_coded_vectors
-from arbi_kernels.tkv_layout import packed_code_view, triton_dtype
+from arbi_kernels.tkv_layout import metadata_pair_view, packed_code_view, triton_dtype
 
 
 @triton.jit
@@ -46,7 +46,7 @@ def test_decoded_values_round_once(bits, compute_dtype, device, generator):
                 + codes[head].double() * scale[head].double().repeat_interleave(group, -1)).flatten(0, 1)
     packed = packed_code_view(pack_codes(codes.to(torch.uint8), bits).to(device), bits)
     actual = torch.empty((num_blocks * page_size, head_dim), dtype=compute_dtype, device=device)
-    _decode_kernel[(1,)](packed, metadata.to(device), actual, 1, num_kv_heads, BITS=bits, HEAD_DIM=head_dim,
+    _decode_kernel[(1,)](packed, metadata_pair_view(metadata.to(device)), actual, 1, num_kv_heads, BITS=bits, HEAD_DIM=head_dim,
                          GROUP=group, PAGE_SIZE=page_size, NUM_SLOTS=num_blocks * page_size,
                          DTYPE=triton_dtype(compute_dtype))
     assert torch.equal(actual.cpu(), expected.to(compute_dtype))
