@@ -1,7 +1,7 @@
 """The CPU attention backend: `TorchPagedAttention` with its decode queries over a float32 cache attended in one
 C++ call per layer (`csrc/paged_decode.cpp`, built on first use by `cpu_extensions`), reading each context in
-place through its block table instead of gathering padded copies. Prefill chunks and other cache dtypes go through
-the torch reference.
+place through its block table instead of gathering padded copies, and the new keys and values stored by one call.
+Prefill chunks and other cache dtypes go through the torch reference.
 """
 
 from __future__ import annotations
@@ -36,9 +36,17 @@ def cpu_paged_attention() -> TorchPagedAttention:
 
 @dataclass(frozen=True)
 class CpuPagedAttention(TorchPagedAttention):
-    """Decode queries over a float32 cache through the C++ kernel; everything else as `TorchPagedAttention`."""
+    """Cache writes and decode queries over a float32 cache through the C++ kernels; everything else as
+    `TorchPagedAttention`."""
 
     kernels: Any = field(default=None, compare=False)
+
+    def write_cache(self, key: Tensor, value: Tensor, slot_mapping: Tensor, key_cache: Tensor,
+                    value_cache: Tensor) -> None:
+        if key_cache.dtype != torch.float32:
+            super().write_cache(key, value, slot_mapping, key_cache, value_cache)
+            return
+        self.kernels.write_slots_(key_cache, value_cache, key, value, slot_mapping)
 
     def attend_decodes(self, query: Tensor, key_cache: Tensor, value_cache: Tensor, metadata: AttentionMetadata,
                        block_size: int) -> Tensor:

@@ -130,8 +130,7 @@ class TorchPagedAttention(DecodeGroups):
         # Stored in the cache's dtype, read back in the activations' (the two may differ: --kv-cache-dtype).
         if key.dtype != key_cache.dtype:
             key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
-        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, key)
-        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, metadata.slot_mapping, value)
+        self.write_cache(key, value, metadata.slot_mapping, key_cache, value_cache)
         output = self.attend_decodes(query, key_cache, value_cache, metadata, block_size)
         if not metadata.prefill_sequence_indices:
             return output
@@ -139,6 +138,12 @@ class TorchPagedAttention(DecodeGroups):
         for sequence in metadata.prefill_sequence_indices:
             _attend_prefill(query, key_cache, value_cache, block_size, metadata, sequence, query_starts, output)
         return output
+
+    def write_cache(self, key: Tensor, value: Tensor, slot_mapping: Tensor, key_cache: Tensor,
+                    value_cache: Tensor) -> None:
+        """Store the new tokens' key and value [T, Hkv, D] (the cache's dtype) at their flat slots."""
+        key_cache.view(-1, *key_cache.shape[2:]).index_copy_(0, slot_mapping, key)
+        value_cache.view(-1, *value_cache.shape[2:]).index_copy_(0, slot_mapping, value)
 
     def attend_decodes(self, query: Tensor, key_cache: Tensor, value_cache: Tensor, metadata: AttentionMetadata,
                        block_size: int) -> Tensor:

@@ -1,5 +1,7 @@
 // Decode attention over a float32 paged KV cache on the CPU, read in place through the block tables (no gathered
-// copy of the context): the CPU kernel of `attention/cpu_paged.py`.
+// copy of the context), and the store of new tokens' keys and values: the CPU kernels of `attention/cpu_paged.py`.
+//   write_slots_(key_cache, value_cache, key [T, Hkv, D], value, slot_mapping [T] int64): row t at flat slot
+//   slot_mapping[t] of both caches (every slot checked first).
 //   query [T, H, D] (rows `token_rows` are decode queries), key_cache / value_cache [num_blocks, block_size, Hkv, D],
 //   block_tables [B, max_blocks] int32, seq_lens [B] int32, sequences [N] int64 (the decode sequences),
 //   token_rows [N] int64 (each one's query row) -> out [N, H, D]
@@ -139,10 +141,43 @@ at::Tensor paged_decode(const at::Tensor& query, const at::Tensor& key_cache, co
   return out;
 }
 
+void write_slots_(at::Tensor key_cache, at::Tensor value_cache, const at::Tensor& key, const at::Tensor& value,
+                  const at::Tensor& slot_mapping) {
+  TORCH_CHECK(key_cache.dim() == 4 && key_cache.scalar_type() == at::kFloat && key_cache.is_contiguous() &&
+                  value_cache.sizes() == key_cache.sizes() && value_cache.scalar_type() == at::kFloat &&
+                  value_cache.is_contiguous(),
+              "write_slots_: key and value caches must be contiguous float32 [num_blocks, block_size, Hkv, D]");
+  const int64_t slots = key_cache.size(0) * key_cache.size(1), width = key_cache.size(2) * key_cache.size(3);
+  // A token's heads must be one run of memory; tokens may be strided (slices of a fused q|k|v projection).
+  const auto token_rows = [](const at::Tensor& x) { return x.dim() == 3 && x.stride(2) == 1 && x.stride(1) == x.size(2); };
+  TORCH_CHECK(key.scalar_type() == at::kFloat && value.scalar_type() == at::kFloat && token_rows(key) &&
+                  token_rows(value) && key.sizes() == value.sizes() && key.size(1) * key.size(2) == width,
+              "write_slots_: float32 key and value [T, Hkv, D] of the cache's heads, each token's heads contiguous, "
+              "expected");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous() &&
+                  slot_mapping.numel() == key.size(0),
+              "write_slots_: int64 slot_mapping [T] expected");
+  const int64_t tokens = key.size(0);
+  const int64_t* slot = slot_mapping.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    TORCH_CHECK(0 <= slot[t] && slot[t] < slots, "write_slots_: slot ", slot[t], " outside the cache's ", slots);
+  }
+  float* keys = key_cache.data_ptr<float>();
+  float* values = value_cache.data_ptr<float>();
+  const float* new_keys = key.data_ptr<float>();
+  const float* new_values = value.data_ptr<float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::copy_n(new_keys + t * key.stride(0), width, keys + slot[t] * width);
+    std::copy_n(new_values + t * value.stride(0), width, values + slot[t] * width);
+  }
+}
+
 }  // namespace
 
 TORCH_LIBRARY(arbi_paged_decode, m) {
   m.def("paged_decode(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, Tensor seq_lens, "
         "Tensor sequences, Tensor token_rows, float scale) -> Tensor",
         &paged_decode);
+  m.def("write_slots_(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor key, Tensor value, Tensor slot_mapping) -> ()",
+        &write_slots_);
 }

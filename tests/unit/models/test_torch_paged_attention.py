@@ -137,6 +137,34 @@ def test_the_cpu_kernel_refuses_a_block_id_outside_the_pool():
         backend.attend_decodes(query, *cache.layer(0), metadata, cache.block_size)
 
 
+
+def test_the_cpu_cache_write_stores_strided_token_rows_as_the_reference_does(torch_generator):
+    """Keys and values as the model passes them: head views sliced out of one fused q|k|v row per token."""
+    kv_heads, head_dim, tokens = 2, 8, 5
+    fused = torch.randn(tokens, 3 * kv_heads * head_dim, generator=torch_generator)
+    key = fused[:, kv_heads * head_dim: 2 * kv_heads * head_dim].view(tokens, kv_heads, head_dim)
+    value = fused[:, 2 * kv_heads * head_dim:].view(tokens, kv_heads, head_dim)
+    slots = torch.tensor([9, 0, 3, 14, 7])
+    caches = {}
+    for name, backend in (("reference", TorchPagedAttention()), ("cpu", cpu_paged_attention())):
+        cache = PagedKVCache(num_layers=1, num_blocks=4, block_size=4, num_kv_heads=kv_heads, head_dim=head_dim,
+                             dtype=torch.float32, device="cpu")
+        backend.write_cache(key, value, slots, *cache.layer(0))
+        caches[name] = cache.layer(0)
+    assert all(torch.equal(a, b) for a, b in zip(caches["reference"], caches["cpu"]))
+    assert caches["cpu"][0].view(-1, kv_heads, head_dim)[14].equal(key[3])
+
+
+def test_the_cpu_cache_write_refuses_a_slot_outside_the_pool():
+    cache = PagedKVCache(num_layers=1, num_blocks=2, block_size=4, num_kv_heads=1, head_dim=8, dtype=torch.float32,
+                         device="cpu")
+    key_cache, value_cache = cache.layer(0)
+    before = key_cache.clone()
+    with pytest.raises(RuntimeError, match="slot 8 outside the cache's 8"):
+        cpu_paged_attention().write_cache(torch.ones(2, 1, 8), torch.ones(2, 1, 8), torch.tensor([1, 8]),
+                                          key_cache, value_cache)
+    assert torch.equal(key_cache, before)  # checked before anything is written
+
 def test_decode_groups_respect_both_limits(rng):
     backend = TorchPagedAttention(max_decode_group_size=4, max_decode_group_tokens=64)
     block_size = 8
