@@ -149,7 +149,9 @@ void write_slots_(at::Tensor key_cache, at::Tensor value_cache, const at::Tensor
               "write_slots_: key and value caches must be contiguous float32 [num_blocks, block_size, Hkv, D]");
   const int64_t slots = key_cache.size(0) * key_cache.size(1), width = key_cache.size(2) * key_cache.size(3);
   // A token's heads must be one run of memory; tokens may be strided (slices of a fused q|k|v projection).
-  const auto token_rows = [](const at::Tensor& x) { return x.dim() == 3 && x.stride(2) == 1 && x.stride(1) == x.size(2); };
+  const auto token_rows = [](const at::Tensor& x) {
+    return x.dim() == 3 && x.stride(2) == 1 && x.stride(1) == x.size(2);
+  };
   TORCH_CHECK(key.scalar_type() == at::kFloat && value.scalar_type() == at::kFloat && token_rows(key) &&
                   token_rows(value) && key.sizes() == value.sizes() && key.size(1) * key.size(2) == width,
               "write_slots_: float32 key and value [T, Hkv, D] of the cache's heads, each token's heads contiguous, "
@@ -178,6 +180,7 @@ TORCH_LIBRARY(arbi_paged_decode, m) {
   m.def("paged_decode(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, Tensor seq_lens, "
         "Tensor sequences, Tensor token_rows, float scale) -> Tensor",
         &paged_decode);
-  m.def("write_slots_(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor key, Tensor value, Tensor slot_mapping) -> ()",
+  m.def("write_slots_(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor key, Tensor value, "
+        "Tensor slot_mapping) -> ()",
         &write_slots_);
 }

@@ -137,7 +137,6 @@ def test_the_cpu_kernel_refuses_a_block_id_outside_the_pool():
         backend.attend_decodes(query, *cache.layer(0), metadata, cache.block_size)
 
 
-
 def test_the_cpu_cache_write_stores_strided_token_rows_as_the_reference_does(torch_generator):
     """Keys and values as the model passes them: head views sliced out of one fused q|k|v row per token."""
     kv_heads, head_dim, tokens = 2, 8, 5
@@ -164,6 +163,7 @@ def test_the_cpu_cache_write_refuses_a_slot_outside_the_pool():
         cpu_paged_attention().write_cache(torch.ones(2, 1, 8), torch.ones(2, 1, 8), torch.tensor([1, 8]),
                                           key_cache, value_cache)
     assert torch.equal(key_cache, before)  # checked before anything is written
+
 
 def test_decode_groups_respect_both_limits(rng):
     backend = TorchPagedAttention(max_decode_group_size=4, max_decode_group_tokens=64)
