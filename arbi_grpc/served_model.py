@@ -26,6 +26,7 @@ from arbi_grpc.engine.model_runner import ModelRunner
 from arbi_grpc.engine.output_processor import OutputProcessor
 from arbi_grpc.engine.prefix_cache import PrefixCache
 from arbi_grpc.engine.scheduler import Scheduler
+from arbi_grpc.errors import InvalidArgumentError
 from arbi_grpc.kv_codec.calibration.engine_bundle import load_engine_calibration
 from arbi_grpc.memory.budget import MemoryBudget, MemoryComponent, MemoryLimit
 from arbi_grpc.memory.estimate import estimate_budget, parameter_count
@@ -112,6 +113,11 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         ModelConfig.from_hf_config(read_hf_config(resolved.directory)), resolved.directory)
     rank_declared = per_rank_model_config(declared, world_size)  # refuses shapes that do not split
     config = replace(config, cpu_weights=cpu_weight_form(config.cpu_weights, config.device, world_size, declared))
+    if config.cpu_activations == "int8" and config.cpu_weights != "int4":
+        raise InvalidArgumentError(
+            "cpu_activations", f"int8 multiplies block-quantized matrices, and {name!r} is served with "
+                               f"--cpu-weights {config.cpu_weights} (int4 needs a GGUF import with Q4_0/Q4_1/Q8_0 "
+                               "matrices and a C++ compiler)")
     set_rank_threads(config, world_size)
     tkv_calibration = load_engine_calibration(config, resolved.directory)  # None unless --kv-cache-dtype tkv
     subject = f"model {name!r}"
@@ -129,7 +135,8 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
     try:
         model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend,
                                          tensor_parallel=group, keep_quantized=config.cpu_weights == "int4",
-                                         quantize_int8=config.cpu_weights == "int8")
+                                         quantize_int8=config.cpu_weights == "int8",
+                                         int8_activations=config.cpu_activations == "int8")
         tokenizer = TextTokenizer.from_model_dir(resolved.directory)
         kv_cache = build_kv_cache(config, per_rank_model_config(model_config, world_size), num_blocks,
                                   tkv_calibration)

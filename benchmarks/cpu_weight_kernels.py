@@ -3,21 +3,24 @@ the matmuls of a model's decode step as `CausalLM.fuse_projections` runs them (q
 logits projection), at each batch (default 1 and 16 rows).
 
 Candidates, on the same random weight of each shape: the float32 matmul; `BlockLinear` on Q4_1 blocks (Q8_0 for
-the logits, as GGUF imports store the table; what `int4` runs); torch's `_weight_int4pack_mm_for_cpu` on the same
-codes (bfloat16 activations, scales and outputs; Q8_0 as two int4 halves; what `int4` ran before); torch's
-`_weight_int8pack_mm` on per-row int8 codes with bfloat16 activations (what `int8` runs); and fbgemm's dynamic
-int8 linear (`quantized::linear_dynamic`, activations quantized per call: not exact, shown for speed only). Each
-variant holds one copy of the weight per layer (one for the logits) and is called on them in turn, so the
-weights come from memory as in a step; the time is the best of `--repeats` rounds after warm-up, per call, on
-`--threads` torch threads. Then the model itself, loaded with `--cpu-weights float`, `int8` and `int4`: one
-decode step (forward of one token per sequence over a 64-token context in the paged cache, and the logits), best
-of `--repeats`, per batch, the modes in turn within each round. Prints the tables; writes JSON.
+the logits, as GGUF imports store the table; what `int4` runs); `Int8DotLinear` on the same blocks (activations
+quantized to int8 per 32 columns, the blocks multiplied in integers: not exact); torch's
+`_weight_int4pack_mm_for_cpu` on the same codes (bfloat16 activations, scales and outputs; Q8_0 as two int4 halves;
+what `int4` ran before); torch's `_weight_int8pack_mm` on per-row int8 codes with bfloat16 activations (what `int8`
+runs); and fbgemm's dynamic int8 linear (`quantized::linear_dynamic`, activations quantized per call: not exact,
+shown for speed only). Each variant holds one copy of the weight per layer (one for the logits) and is called on
+them in turn, so the weights come from memory as in a step; the variants take turns within each round, and the
+time is the best of `--repeats` rounds after warm-up, per call, on `--threads` torch threads. Then the model
+itself, loaded with `--cpu-weights float`, `int8` and `int4`: one decode step (forward of one token per sequence
+over a 64-token context in the paged cache, and the logits), best of `--repeats`, per batch, the modes in turn
+within each round. Prints the tables; writes JSON.
 Usage: python -m benchmarks.cpu_weight_kernels [--model SmolLM2-135M-Instruct] [--batches 1,16] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -33,13 +36,14 @@ from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.block_linear import BlockLinear
+from arbi_grpc.models.block_linear_int8_dot import Int8DotLinear
 from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
 from arbi_grpc.models.quantized_weights import GROUP_SIZE, QuantizedWeight
 
-VARIANTS = ("float32", "int4 BlockLinear (runs)", "int4 torch int4pack", "int8 torch int8pack (runs)",
-            "fbgemm dynamic int8")
+VARIANTS = ("float32", "int4 BlockLinear (runs)", "int8-dot BlockLinear blocks", "int4 torch int4pack",
+            "int8 torch int8pack (runs)", "fbgemm dynamic int8")
 MODES = ("float", "int8", "int4")
 CONTEXT_TOKENS, BLOCK_SIZE = 64, 16
 
@@ -57,16 +61,22 @@ def matmul_shapes(model: ModelConfig) -> dict[str, tuple[int, int, int]]:
     }
 
 
-def best_seconds(call: Callable[[], object], repeats: int, budget_s: float = 2.0) -> float:
-    """The best of `repeats` calls after warm-up, or of those that fit `budget_s` (at least 3)."""
-    for _ in range(3):
-        call()
-    times: list[float] = []
-    while len(times) < repeats and (len(times) < 3 or sum(times) < budget_s):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return min(times)
+def best_seconds(calls: dict[str, Callable[[], object]], repeats: int, budget_s: float = 2.0) -> dict[str, float]:
+    """{name: seconds}, the best of `repeats` rounds after warm-up, or of the rounds that fit `budget_s` per call
+    (at least 3); each round calls every entry once in turn, so load changes on a shared machine reach them alike."""
+    for call in calls.values():
+        for _ in range(3):
+            call()
+    best = dict.fromkeys(calls, float("inf"))
+    rounds, spent = 0, 0.0
+    while rounds < repeats and (rounds < 3 or spent < budget_s * len(calls)):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call()
+            elapsed = time.perf_counter() - started
+            best[name], spent = min(best[name], elapsed), spent + elapsed
+        rounds += 1
+    return best
 
 
 def random_blocks(kind: str, rows: int, columns: int, generator: torch.Generator) -> QuantizedWeight:
@@ -112,9 +122,11 @@ def variant_calls(name: str, rows: int, columns: int, generator: torch.Generator
     """{variant: x -> x @ w.T} for one random weight of the shape (the logits' as Q8_0, the layers' as Q4_1)."""
     blocks = random_blocks("q8" if name == "logits" else "q4", rows, columns, generator)
     dense = blocks.dequantize()
+    block_linear = BlockLinear(blocks, None)
     return {
         "float32": lambda states: F.linear(states, dense),
-        "int4 BlockLinear (runs)": BlockLinear(blocks, None),
+        "int4 BlockLinear (runs)": block_linear,
+        "int8-dot BlockLinear blocks": Int8DotLinear(block_linear),
         "int4 torch int4pack": int4pack_call(blocks),
         "int8 torch int8pack (runs)": Int8Linear(Int8Weight.quantize(dense), None),
         "fbgemm dynamic int8": fbgemm_call(dense),
@@ -126,13 +138,16 @@ def time_shape(name: str, rows: int, columns: int, batch: int, copies: int, repe
     """Microseconds per call of each variant for x [batch, columns] @ w [rows, columns].T, over `copies` weights."""
     layers = [variant_calls(name, rows, columns, generator) for _ in range(copies)]
     states = torch.randn(batch, columns, generator=generator)
-    times = {}
+    rounds = {variant: functools.partial(call_each, [layer[variant] for layer in layers], states)
+              for variant in VARIANTS}
     with torch.inference_mode():
-        for variant in VARIANTS:
-            calls = [layer[variant] for layer in layers]
-            each = lambda: [call(states) for call in calls]  # noqa: E731
-            times[variant] = best_seconds(each, repeats) / copies * 1e6
-    return times
+        best = best_seconds(rounds, repeats)
+    return {variant: seconds / copies * 1e6 for variant, seconds in best.items()}
+
+
+def call_each(calls: list[Callable[[Tensor], Tensor]], states: Tensor) -> None:
+    for call in calls:
+        call(states)
 
 
 def decode_steps_ms(directory: Path, batches: list[int], repeats: int) -> dict[str, dict[int, float]]:

@@ -121,6 +121,24 @@ def test_int8_cpu_weights_run_on_one_cpu_rank_only() -> None:
         EngineConfig(cpu_weights="int2")
 
 
+def test_int8_cpu_activations_multiply_block_weights_on_the_cpu_only() -> None:
+    assert EngineConfig().cpu_activations == "float"
+    assert resolve(EngineConfig, _parse(["--cpu-activations", "int8"]), environ={}).cpu_activations == "int8"
+    assert EngineConfig(cpu_weights="int4", cpu_activations="int8").cpu_activations == "int8"
+    refusals = [
+        ({"device": "cuda"}, "not --cpu-weights auto on 'cuda' with tensor_parallel_size 1"),
+        ({"cpu_weights": "float"}, "not --cpu-weights float on 'cpu'"),
+        ({"cpu_weights": "int8"}, "not --cpu-weights int8 on 'cpu'"),
+        ({"tensor_parallel_size": 2}, "not --cpu-weights auto on 'cpu' with tensor_parallel_size 2"),
+    ]
+    for settings, words in refusals:
+        with pytest.raises(InvalidArgumentError) as refused:
+            EngineConfig(cpu_activations="int8", **settings)
+        assert refused.value.field == "cpu_activations" and words in refused.value.description
+    with pytest.raises(InvalidArgumentError, match=r"cpu_activations: must be 'float' or 'int8', got 'int4'"):
+        EngineConfig(cpu_activations="int4")
+
+
 def test_help_shows_every_flag_with_its_text() -> None:
     parser = argparse.ArgumentParser()
     add_flags(parser, EngineConfig)
