@@ -237,14 +237,29 @@ def bench_long_context(shape: str, config: ModelConfig, args: argparse.Namespace
     return rows
 
 
+def graph_step_block_tables(num_blocks: int, num_first_blocks: int, batch: int, blocks_per_seq: int
+                            ) -> list[list[int]]:
+    """Block tables of `batch` sequences of `blocks_per_seq` blocks as the block manager could hand them out: each
+    first block among the first `num_first_blocks` ids (a TKV cache keeps sink rows for those alone: a first block
+    past them reads and writes past its sink pool), the others spread over the rest of the pool (wrapping when the
+    batch's blocks exceed it, as a timing allows)."""
+    if not 0 < num_first_blocks <= num_blocks or batch < 0 or blocks_per_seq <= 0:
+        raise ValueError(f"need 0 < num_first_blocks <= num_blocks and blocks_per_seq > 0, got {num_first_blocks}, "
+                         f"{num_blocks}, {blocks_per_seq}")
+    rest = num_blocks - num_first_blocks
+    if rest == 0:  # every id may start a sequence (a bf16 cache): consecutive runs
+        return [[(seq * blocks_per_seq + i) % num_blocks for i in range(blocks_per_seq)] for seq in range(batch)]
+    return [[seq % num_first_blocks] + [num_first_blocks + (seq * (blocks_per_seq - 1) + i) % rest
+                                        for i in range(blocks_per_seq - 1)] for seq in range(batch)]
+
+
 def time_graph_step(shape: str, runner, config: ModelConfig, weight_bytes: int, batch: int, context: int,
                     bandwidth: float) -> GraphStep:
     """Median GPU time of replaying the decode graph of `batch` sequences at `context` tokens each."""
-    blocks_per_seq = -(-context // runner.block_size)
     decode = DecodeBatch(
         input_ids=[1] * batch, positions=[context - 1] * batch, slots=[-1] * batch, seq_lens=[context] * batch,
-        block_tables=[[(seq * blocks_per_seq + i) % runner.kv_cache.num_blocks for i in range(blocks_per_seq)]
-                      for seq in range(batch)],
+        block_tables=graph_step_block_tables(runner.kv_cache.num_blocks, runner.kv_cache.num_first_blocks, batch,
+                                             -(-context // runner.block_size)),
         batch_slots=list(range(batch)),  # one each: batch <= max_running_requests, the batch slot count
     )
     times = []
