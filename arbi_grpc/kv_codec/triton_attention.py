@@ -7,6 +7,13 @@ slot (store_tkv_tail, after attention), and bring the output back from the value
 are one kernel launch each (arbi_kernels.tkv_transforms), tested bit for bit against attention_transforms, the
 torch backend's.
 
+A mixed step (prefill chunks beside decodes) runs its leading decode rows (the scheduler puts running decodes
+first) through the decode kernel and only the rest through the prefill kernel (`split_mixed_steps`): the prefill
+kernel gives every query head of a one-token chunk a program of its own that decodes the whole context's codes, four
+times the decode kernel's work at Llama-3-8B's GQA, for one valid row of a 64-row tile. For a one-token chunk both
+kernels read the same keys exactly (the two prefill rules agree for chunks of at most one block), so only float
+rounding moves.
+
 It never reads a device value on the host: token positions (which the sink pool needs) are derived on the
 device from the metadata, and the decode split is sized from `metadata.max_seq_len`, so a decode step can run
 inside a CUDA graph as the bf16 Triton backend's does.
@@ -35,15 +42,29 @@ def new_token_positions(metadata: AttentionMetadata) -> Tensor:
     return metadata.seq_lens.long()[sequence] - query_start_loc.long()[sequence + 1] + tokens.long()
 
 
+def leading_decodes(metadata: AttentionMetadata) -> int:
+    """How many sequences from the first have one new token each (a mixed step's decode rows, which the scheduler
+    puts first), from the host's copy of the layout; the step's sequences themselves for a pure decode step."""
+    count = 0
+    for query_len in metadata.query_lens_host:
+        if query_len != 1:
+            break
+        count += 1
+    return count
+
+
 @dataclass(frozen=True)
 class TkvTritonPagedAttention:
     """The `AttentionBackend[TkvPagedKVCache]` on CUDA (or Triton's interpreter on CPU, for tests).
 
     compute_dtype: the dtype q' and the decoded K/V tiles enter the kernels' dots in; float16 uses tensor
     cores (relative rounding 2^-11, below every TKV step), float32 gives exact products at a large cost.
+    split_mixed_steps: a mixed step's leading decode rows go to the decode kernel (the module's docstring); False
+    sends every row of a mixed step through the prefill kernel (what benchmarks compare against).
     """
 
     compute_dtype: torch.dtype = torch.float16
+    split_mixed_steps: bool = True
     cuda_graph_safe: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -79,11 +100,35 @@ class TkvTritonPagedAttention:
                 max_seq_len=metadata.max_seq_len, compute_dtype=self.compute_dtype,
             )
         else:
-            accumulated = tkv_paged_prefill_attention(
-                transformed, storage, metadata.block_tables, metadata.query_start_loc, metadata.seq_lens, *exact,
+            num_decodes, rest_start_loc = self._mixed_plan(metadata)
+            accumulated = torch.empty(transformed.shape, dtype=torch.float32, device=transformed.device)
+            if num_decodes:  # rows 0 .. num_decodes - 1 are sequences 0 .. num_decodes - 1, one token each
+                head = slice(0, num_decodes)
+                tkv_paged_decode_attention(
+                    transformed[head], storage, metadata.block_tables[head], metadata.seq_lens[head],
+                    metadata.batch_slots[head], key_exact[head], value_exact[head], softmax_scale,
+                    max_seq_len=max(metadata.seq_lens_host[head]), compute_dtype=self.compute_dtype,
+                    out=accumulated[head],
+                )
+            rest = slice(num_decodes, None)
+            tkv_paged_prefill_attention(
+                transformed[rest], storage, metadata.block_tables[rest],
+                rest_start_loc,
+                metadata.seq_lens[rest], metadata.batch_slots[rest], key_exact[rest], value_exact[rest],
                 softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
-                chunk_exact=kv_cache.chunk_exact,
+                chunk_exact=kv_cache.chunk_exact, out=accumulated[rest],
             )
         store_tkv_tail(key_exact, value_exact, storage, metadata.query_start_loc, metadata.seq_lens,
                        metadata.batch_slots)  # after attention: a chunk may still read the old tail rows
         return tkv_transform_output(accumulated, storage, query.dtype)
+
+    def _mixed_plan(self, metadata: AttentionMetadata) -> tuple[int, Tensor]:
+        """A mixed step's decode rows for the decode kernel and the query_start_loc of the rest (shifted to start at
+        0), the same in every layer: made at the first and kept in `metadata.plans`."""
+        key = (type(self), self.split_mixed_steps, "mixed")
+        plan = metadata.plans.get(key)
+        if plan is None:
+            num_decodes = leading_decodes(metadata) if self.split_mixed_steps else 0
+            start_loc = metadata.query_start_loc
+            plan = metadata.plans[key] = (num_decodes, start_loc[num_decodes:] - num_decodes if num_decodes else start_loc)
+        return plan

@@ -92,3 +92,17 @@ def require_tile_size(name: str, value: int, minimum: int = 16) -> None:
 def require_num_warps(value: int) -> None:
     if value not in (1, 2, 4, 8, 16):
         raise ValueError(f"num_warps: must be one of (1, 2, 4, 8, 16), got {value}")
+
+
+def float32_output(name: str, out: torch.Tensor | None, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """`out` checked as a float32 tensor of `shape` on `device` with a contiguous last dimension (a row slice of a
+    larger output is fine: kernels address it by its strides), or a new one when None."""
+    if out is None:
+        return torch.empty(shape, dtype=torch.float32, device=device)
+    require_dtype(name, out, (torch.float32,))
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(out.shape)}")
+    require_unit_last_stride(name, out)
+    if out.device != device:
+        raise ValueError(f"{name}: must be on {device}, got {out.device}")
+    return out

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from arbi_kernels.attention_core import LOG2_E, accumulate_values
 from arbi_kernels.checks import (
+    float32_output,
     next_power_of_two,
     require_dtype,
     require_num_warps,
@@ -302,6 +303,7 @@ def tkv_paged_decode_attention(
     num_splits: int | None = None,
     tiles: TkvDecodeTiles = DEFAULT_TKV_DECODE_TILES,
     compute_dtype: torch.dtype = torch.float16,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention acc [B, Hq, D] (float32, value code space) of q' [B, Hq, D] over each sequence's first
     seq_lens[b] positions of `layer`'s TKV pools (the new token already written by write_tkv_cache), the
@@ -314,7 +316,8 @@ def tkv_paged_decode_attention(
     to make no host sync, e.g. under a CUDA graph), except that num_splits=None picks choose_tkv_num_splits.
     tiles: the launch shape (TkvDecodeTiles; benchmarks/tkv_kernels.py --sweep and --decode-only time others).
     compute_dtype: the dtype decoded tiles and q' enter the dots in (float16: tensor cores, float32: exact
-    products, slow).
+    products, slow). out: where to write acc (float32 [B, Hq, D], e.g. the decode rows' slice of a mixed step's
+    output), else a new tensor.
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
     exact_blocks = exact_window_blocks(layer)
@@ -335,7 +338,7 @@ def tkv_paged_decode_attention(
     validate_exact_inputs(key_exact, value_exact, tail_slots, num_seqs, num_seqs, num_kv_heads, head_dim)
     require_same_device({"query": query, "layer": layer.key_codes, "block_tables": block_tables, "seq_lens": seq_lens,
                          "tail_slots": tail_slots, "key_exact": key_exact, "value_exact": value_exact})
-    output = torch.empty(query.shape, dtype=torch.float32, device=query.device)
+    output = float32_output("out", out, tuple(query.shape), query.device)
     if num_seqs == 0:
         return output
     if max_seq_len is None:

@@ -32,6 +32,7 @@ import triton.language as tl
 
 from arbi_kernels.attention_core import LOG2_E, accumulate_values, online_softmax_update
 from arbi_kernels.checks import (
+    float32_output,
     require_dtype,
     require_positive_scale,
     require_same_device,
@@ -322,6 +323,7 @@ def tkv_paged_prefill_attention(
     tiles: PrefillTiles | None = None,
     compute_dtype: torch.dtype = torch.float16,
     chunk_exact: bool = True,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention acc [T, Hq, D] (float32, value code space) of the new tokens' q' [T, Hq, D].
 
@@ -333,7 +335,8 @@ def tkv_paged_prefill_attention(
     exact windows read. max_query_len: an upper bound on new tokens per sequence (None reads it: a device sync).
     tiles: None takes default_tkv_prefill_tiles(head_dim). compute_dtype: as tkv_paged_decode_attention.
     chunk_exact: which keys a query reads exact (the module's docstring): the chunk's own tokens and its first
-    query's window (True), or only the query's own window, as decode does (False).
+    query's window (True), or only the query's own window, as decode does (False). out: where to write acc
+    (float32 [T, Hq, D], e.g. the prefill rows' slice of a mixed step's output), else a new tensor.
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
     exact_blocks = exact_window_blocks(layer)
@@ -357,7 +360,7 @@ def tkv_paged_prefill_attention(
     require_same_device({"query": query, "layer": layer.key_codes, "block_tables": block_tables,
                          "query_start_loc": query_start_loc, "seq_lens": seq_lens, "tail_slots": tail_slots,
                          "key_exact": key_exact, "value_exact": value_exact})
-    output = torch.empty(query.shape, dtype=torch.float32, device=query.device)
+    output = float32_output("out", out, tuple(query.shape), query.device)
     if num_tokens == 0 or num_seqs == 0:
         return output
     if max_query_len is None:

@@ -50,6 +50,8 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
         ([0, 1, 2], [1, 17, 18], [21, 20, 18]),  # a decode, a chunk from mid-block across a boundary, a prompt
         ([2, 0], [1, 28], [19, 49]),  # a decode, a chunk from mid-block across two boundaries
         ([0, 1, 2], [1, 1, 1], [50, 21, 20]),  # decode
+        ([1, 2, 0], [1, 1, 6], [22, 21, 56]),  # two leading decodes (the decode kernel's), then a mid-block chunk
+        ([0, 1], [3, 1], [59, 23]),  # a chunk, then a decode: every row through the prefill kernel
     ]
     original_write = torch_attention.write_tokens
     for sequences, query_lens, seq_lens in steps:
@@ -80,3 +82,48 @@ def test_matches_the_torch_backend_over_prefill_mixed_and_decode_steps(device, g
                               lambda storage, *args: original_write(copy_pools(storage), *args))
                 reference = backends[1].forward(layer, query, key, value, metadata, caches[0])
             torch.testing.assert_close(triton_output, reference, atol=1e-4, rtol=1e-4)
+
+
+def test_a_mixed_steps_leading_decodes_go_to_the_decode_kernel(device, generator, monkeypatch):
+    """The split (split_mixed_steps) hands the decode kernel exactly the leading one-token rows, and the step's
+    output matches every row through the prefill kernel."""
+    import arbi_kernels
+
+    calibration = _calibration(generator)
+    cache = TkvPagedKVCache(calibration, num_blocks=12, block_size=BLOCK_SIZE, device=device, num_sink_blocks=10,
+                            num_tail_slots=5, exact_blocks=2)
+    split, whole = TkvTritonPagedAttention(compute_dtype=torch.float32), TkvTritonPagedAttention(
+        compute_dtype=torch.float32, split_mixed_steps=False)
+    tables, batch_slots = [[3, 7, 1, 4], [0, 5], [9, 2]], [3, 0, 4]
+    decode_rows = []
+    original = arbi_kernels.tkv_paged_decode_attention
+
+    def spy(query, *args, **kwargs):
+        decode_rows.append(query.shape[0])
+        return original(query, *args, **kwargs)
+
+    monkeypatch.setattr(arbi_kernels, "tkv_paged_decode_attention", spy)
+    for sequences, query_lens, seq_lens, expected_rows in (
+        ([0, 1, 2], [40, 19, 21], [40, 19, 21], []),  # prompts
+        ([2, 1, 0], [1, 1, 9], [22, 20, 49], [2]),  # two decodes, then a chunk
+        ([0, 1, 2], [1, 3, 1], [50, 23, 23], [1]),  # one leading decode; the later one goes with the chunk
+    ):
+        metadata = AttentionMetadata.build(
+            query_lens=query_lens, seq_lens=seq_lens, block_tables=[tables[s] for s in sequences],
+            block_size=BLOCK_SIZE, device=device, batch_slots=[batch_slots[s] for s in sequences],
+        )
+        num_tokens = sum(query_lens)
+        query = torch.randn((num_tokens, NUM_HEADS, HEAD_DIM), generator=generator).to(device)
+        key = torch.randn((num_tokens, NUM_KV_HEADS, HEAD_DIM), generator=generator).to(device)
+        value = torch.randn((num_tokens, NUM_KV_HEADS, HEAD_DIM), generator=generator).to(device)
+        tails = _tails(cache, 0)
+        decode_rows.clear()
+        reference = whole.forward(0, query, key, value, metadata, cache)
+        assert decode_rows == []
+        storage = cache.layer(0)  # the second forward rewrites the same codes; it must see the tails of before
+        storage.key_tail.copy_(tails[0])
+        storage.value_tail.copy_(tails[1])
+        output = split.forward(0, query, key, value, metadata, cache)
+        assert decode_rows == expected_rows
+        assert torch.isfinite(output).all()
+        torch.testing.assert_close(output, reference, atol=1e-4, rtol=1e-4)
