@@ -2,8 +2,8 @@
 SmolLM2-135M-Instruct.Q4_1.gguf), measured in one run on one machine.
 
 Both get the same 20 short chat prompts, `--tokens` greedy tokens each (ignore_eos), streamed over their
-OpenAI route /v1/chat/completions (arbi-serve through its gateway, defaults but `--cpu-weights int4`), at each
-`--concurrency`;
+OpenAI route /v1/chat/completions (arbi-serve through its gateway, defaults but `--cpu-weights int4`, plus
+`--arbi-flags`, e.g. "--cpu-activations int8"), at each `--concurrency`;
 reported: output tok/s, TTFT p50, the servers' resident memory (RSS after the runs: arbi-serve's server and its
 gateway, both needed to answer the OpenAI route that llama-server answers alone) and the ratios arbi-serve /
 llama-server, the memory's over arbi-serve's two processes together. Prints a table and writes JSON to --out:
@@ -46,6 +46,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -152,11 +153,12 @@ def llama_server(binary: Path, gguf: Path, slots: int, threads: int, log_path: P
 
 
 @contextmanager
-def arbi_gateway(model: str, torch_threads: int, scratch: Path) -> Iterator[tuple[list[int], int]]:
-    """arbi-serve (defaults but `--cpu-weights int4`) and its gateway while the block runs: (their pids, the
-    gateway's HTTP port)."""
+def arbi_gateway(model: str, torch_threads: int, extra_flags: list[str], scratch: Path
+                 ) -> Iterator[tuple[list[int], int]]:
+    """arbi-serve (defaults but `--cpu-weights int4`, then `extra_flags`) and its gateway while the block runs:
+    (their pids, the gateway's HTTP port)."""
     flags = ["--cpu-weights", "int4", *(["--model", model] if model else []),
-             *(["--torch-threads", str(torch_threads)] if torch_threads else [])]
+             *(["--torch-threads", str(torch_threads)] if torch_threads else []), *extra_flags]
     server, upstream = start_serve(flags, scratch / "arbi.log", timeout_s=900)
     try:
         with GatewayProcess.spawn(["--upstream", upstream, "--http-port", "0", "--log-level", "warning"],
@@ -354,6 +356,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--build", action="store_true", help="build the llama.cpp tools into the cache when not found")
     parser.add_argument("--threads", type=int, default=2, help="llama-server's and llama-perplexity's threads")
     parser.add_argument("--torch-threads", type=int, default=0, help="arbi-serve's threads (0: its default)")
+    parser.add_argument("--arbi-flags", default="", help="more flags of `arbi-serve serve`, one string")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--perplexity-windows", type=int, default=16,
@@ -386,13 +389,14 @@ def main(argv: list[str] | None = None) -> int:
                 llama_tokens = llama_tokenize(port, text, add_special=True)
                 windows = perplexity_windows(llama_tokens, args.perplexity_ctx, args.perplexity_windows,
                                              llama_bos(port))
-        with arbi_gateway(str(args.gguf or ""), args.torch_threads, Path(scratch)) as (pids, port):
+        with arbi_gateway(str(args.gguf or ""), args.torch_threads, shlex.split(args.arbi_flags), Path(scratch)
+                          ) as (pids, port):
             if not args.perplexity_only:
                 results.insert(0, run_system("arbi-serve", port, model_name, pids, args))
             arbi_losses = [arbi_window_loss(port, model_name, window) for window in windows]
     payload = {"date": date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} cores",
-               "gguf": str(gguf), "llama_server": str(server_binary), "tokens": args.tokens, "prompts": len(PROMPTS),
-               "results": results}
+               "gguf": str(gguf), "llama_server": str(server_binary), "arbi_flags": args.arbi_flags,
+               "tokens": args.tokens, "prompts": len(PROMPTS), "results": results}
     if results:
         print_table(results, args.concurrency)
     if windows:
