@@ -130,5 +130,6 @@ class TkvTritonPagedAttention:
         if plan is None:
             num_decodes = leading_decodes(metadata) if self.split_mixed_steps else 0
             start_loc = metadata.query_start_loc
-            plan = metadata.plans[key] = (num_decodes, start_loc[num_decodes:] - num_decodes if num_decodes else start_loc)
+            rest_start_loc = start_loc[num_decodes:] - num_decodes if num_decodes else start_loc
+            plan = metadata.plans[key] = (num_decodes, rest_start_loc)
         return plan

@@ -311,7 +311,8 @@ class CausalLM(nn.Module):
         int8`); the embedding lookup stays exact. Raises ValueError when the model holds no block-quantized matrix."""
         owners = [(self, "logits_projection")]
         for layer in self.model.layers:
-            owners += [(layer.self_attn, "qkv"), (layer.self_attn, "output"), (layer.mlp, "gate_up"), (layer.mlp, "down")]
+            owners += [(layer.self_attn, "qkv"), (layer.self_attn, "output"),
+                       (layer.mlp, "gate_up"), (layer.mlp, "down")]
         products = [(owner, name) for owner, name in owners if isinstance(getattr(owner, name), BlockLinear)]
         if not products:
             raise ValueError("integer activations multiply block-quantized matrices, and this model holds none")
