@@ -293,13 +293,14 @@ def test_transposed_dots(head_dim, key_bits, value_bits, sink_tokens, prefetch, 
         _check(batch, batch.query, compute_dtype, num_splits=2, tiles=tiles)
 
 
-def test_split_count_fills_whole_waves():
-    """Two waves of 5 programs per SM, rounded down (H200: 132 SMs, Llama's 8 kv heads), none under 256 tokens."""
+def test_split_count_takes_the_fewest_waves_of_whole_programs():
+    """H200: 132 SMs, 5 programs each a wave, Llama's 8 kv heads; none under 256 tokens."""
     assert choose_tkv_num_splits(32, 8, 32768, 132) == 5  # 1280 programs of 1320 slots; 6 would start a third wave
-    assert choose_tkv_num_splits(8, 8, 32768, 132) == 20
-    assert choose_tkv_num_splits(1, 8, 32768, 132) == 128  # every split 256 tokens
-    assert choose_tkv_num_splits(1, 8, 1000, 132) == 4
-    assert choose_tkv_num_splits(256, 8, 32768, 132) == 1
+    assert choose_tkv_num_splits(8, 8, 32768, 132) == 10  # one wave of 640 programs
+    assert choose_tkv_num_splits(1, 8, 32768, 132) == 82  # 656 programs: the most splits that fill one wave
+    assert choose_tkv_num_splits(1, 8, 1000, 132) == 4  # every split 256 tokens
+    assert choose_tkv_num_splits(64, 8, 2560, 132) == 1  # 512 programs in one wave: splitting only adds waves
+    assert choose_tkv_num_splits(91, 8, 2560, 132) == 4  # not 1: its 728 programs would leave a second wave of 68
 
 
 @pytest.mark.parametrize(
