@@ -190,27 +190,31 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
 UNCAPPED_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, max_registers=None)  # the default before 2026-12-02
 PREFETCH_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, num_stages=1, prefetch=True, max_registers=128)
 FOLDED_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, folded_scales=True, max_registers=128)
-DECODE_ONLY_VARIANTS: dict[int, tuple[tuple[TkvDecodeTiles, int | None], ...]] = {  # batch: (tiles, num_splits)
-    # auto: choose_tkv_num_splits (5 at batch 32, 20 at batch 8, 128 at batch 1); the kernels that fit four
-    # programs per SM at the splits that fill two waves of them
-    32: ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4), (DEFAULT_DECODE_TILES, 10),
+DECODE_ONLY_VARIANTS: dict[tuple[int, int], tuple[tuple[TkvDecodeTiles, int | None], ...]] = {
+    # (batch, context): (tiles, num_splits). auto: choose_tkv_num_splits (at 32k 5 at batch 32, 10 at 8, 82 at 1; at
+    # 2,300 tokens 1 at batch 64, 3 at 91); the kernels that fit four programs per SM at the splits that fill two
+    # waves of them; the former split rule's counts (20 at batch 8, 128 at 1, 2 and 1 at 2,300 tokens)
+    (32, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4), (DEFAULT_DECODE_TILES, 10),
          (UNCAPPED_DECODE_TILES, 4), (PREFETCH_DECODE_TILES, 4), (FOLDED_DECODE_TILES, 4),
          (dataclasses.replace(FOLDED_DECODE_TILES, max_registers=96), None),
          (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
-    8: ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 16), (UNCAPPED_DECODE_TILES, 16),
-        (FOLDED_DECODE_TILES, 16)),
-    1: ((DEFAULT_DECODE_TILES, None), (UNCAPPED_DECODE_TILES, 128), (FOLDED_DECODE_TILES, 128)),
+    (8, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 20), (DEFAULT_DECODE_TILES, 16),
+                 (UNCAPPED_DECODE_TILES, 16), (FOLDED_DECODE_TILES, 16)),
+    (1, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 128), (UNCAPPED_DECODE_TILES, 128),
+                 (FOLDED_DECODE_TILES, 128)),
+    (64, 2300): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 2)),
+    (91, 2300): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 1)),
 }
 
 
 def decode_only(generator: torch.Generator, flush: torch.Tensor) -> tuple[list[BenchResult], str]:
-    """bf16 and every DECODE_ONLY_VARIANTS row, K4V4 at 32k: results and a table of each row against bf16 and
-    against the first row (the default kernel)."""
+    """bf16 and every DECODE_ONLY_VARIANTS row, K4V4: results and a table of each row against bf16 and against the
+    first row (the default kernel)."""
     shape = llama_tkv()
     results = []
-    lines = ["| batch | TKV variant | ms | bf16 / TKV | first row / TKV |", "|" + "---|" * 5]
-    for batch_size, variants in DECODE_ONLY_VARIANTS.items():
-        bench = build(shape, [1] * batch_size, [32768] * batch_size, generator)
+    lines = ["| batch x context | TKV variant | ms | bf16 / TKV | first row / TKV |", "|" + "---|" * 5]
+    for (batch_size, context), variants in DECODE_ONLY_VARIANTS.items():
+        bench = build(shape, [1] * batch_size, [context] * batch_size, generator)
         batch = bench.paged
         expected = tkv_paged_decode_attention_reference(batch.query, bench.layer, batch.block_tables, batch.seq_lens,
                                                         *bench.exact_arguments(), batch.softmax_scale)
@@ -218,10 +222,10 @@ def decode_only(generator: torch.Generator, flush: torch.Tensor) -> tuple[list[B
         timed = [measure(tkv_decode_case(bench, shape, tiles, splits, expected=expected), flush)
                  for tiles, splits in variants]
         results += [bf16, *timed]
-        lines.append(f"| {batch_size} | bf16 | {bf16.median_ms:.4f} | | |")
+        lines.append(f"| {batch_size} x {context} | bf16 | {bf16.median_ms:.4f} | | |")
         for result in timed:
             variant = result.shape.removeprefix(bench.label).strip()
-            lines.append(f"| {batch_size} | {variant} | {result.median_ms:.4f} | "
+            lines.append(f"| {batch_size} x {context} | {variant} | {result.median_ms:.4f} | "
                          f"{bf16.median_ms / result.median_ms:.2f} | {timed[0].median_ms / result.median_ms:.2f} |")
         del bench, batch, expected
         torch.cuda.empty_cache()
@@ -244,7 +248,7 @@ def main() -> int:
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--sweep", action="store_true", help="also time TKV decode tiles and split counts at 32k")
     modes.add_argument("--decode-only", action="store_true",
-                       help="only the K4V4 decode variants at 32k against bf16 (DECODE_ONLY_VARIANTS)")
+                       help="only the K4V4 decode variants against bf16 (DECODE_ONLY_VARIANTS)")
     modes.add_argument("--prefill-only", action="store_true",
                        help="only bf16 and TKV prefill (PREFILL_CHUNKS), the default tiles and the sweep's")
     arguments = parser.parse_args()
