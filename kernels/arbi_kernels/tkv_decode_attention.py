@@ -69,20 +69,20 @@ from arbi_kernels.tkv_exact import (
 )
 
 RESIDENT_PROGRAMS_PER_SM = 5  # default tiles on sm_90: 96 registers x 128 threads, five to the 64K register file
-SPLIT_TILE_TOKENS = 64  # the default tile's context tokens (DEFAULT_TKV_DECODE_TILES.block_n)
 SPLIT_OVERHEAD_TILES = 3  # what a program costs beside its tiles (query, exact window, partial out), in tiles
 
 
 def choose_tkv_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
     """The splits (none shorter than MIN_TOKENS_PER_SPLIT tokens) of least modelled time: waves of
-    RESIDENT_PROGRAMS_PER_SM programs per SM, each as long as the longest program (its tiles plus
-    SPLIT_OVERHEAD_TILES), a last partial wave as long as a full one; the fewest splits among equals.
+    RESIDENT_PROGRAMS_PER_SM programs per SM, each as long as the longest program (its tiles of
+    DEFAULT_TKV_DECODE_TILES plus SPLIT_OVERHEAD_TILES), a last partial wave as long as a full one; the fewest
+    splits among equals.
 
     Fitted on the H200 (K4V4, Llama's 8 kv heads, 132 SMs, benchmarks/tkv_kernels.py and a split sweep at serving
     shapes, 2026-12-03): at 32k it keeps 5 splits for batch 32 (two nearly full waves; 6 would start a third); at
     2,300 tokens it takes 1 split for batch 64 (512 programs, 136 us against 156 at the 2 of the former rule) and 4
     for 91 (205 us against 238 at 1, whose 728 programs left a second wave of 68)."""
-    tiles = triton.cdiv(max(max_seq_len, 1), SPLIT_TILE_TOKENS)
+    tiles = triton.cdiv(max(max_seq_len, 1), DEFAULT_TKV_DECODE_TILES.block_n)
     wave = RESIDENT_PROGRAMS_PER_SM * num_sms
     programs = num_seqs * num_kv_heads
     most = max(1, min(triton.cdiv(max(max_seq_len, 1), MIN_TOKENS_PER_SPLIT), MAX_SPLITS))
