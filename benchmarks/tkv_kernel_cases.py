@@ -201,7 +201,8 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
                   tile_options: tuple[PrefillTiles | None, ...] = (None,), prefix_len: int = 0) -> list[BenchCase]:
     """bf16 prefill of chunks of `query_lens` tokens after `prefix_len` cached ones, then TKV prefill with each of
     `tile_options` (None: the default tiles) under both rules of what a chunk reads exact (tkv_prefill_attention:
-    `chunk`, its own tokens; `window`, each query's window only)."""
+    `chunk`, its own tokens; `window`, each query's window only), given the prefix bound as the engine gives it,
+    and the chunk rule once more without it (`prefix unknown`: the coded tiles compiled in)."""
     bench = build(shape, query_lens, [q + prefix_len for q in query_lens], generator)
     batch, layer = bench.paged, bench.layer
     bf16_arguments = (batch.query.bfloat16(), batch.key_cache, batch.value_cache, batch.block_tables,
@@ -223,18 +224,20 @@ def prefill_cases(shape: TkvShape, query_lens: list[int], generator: torch.Gener
                   * BF16_BYTES),
     ] + [
         BenchCase(
-            kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits} {'chunk' if chunk_exact else 'window'}",
+            kernel=f"prefill tkv K{shape.key_bits}V{shape.value_bits} {'chunk' if chunk_exact else 'window'}"
+                   + ("" if prefix_bound is not None else " prefix unknown"),
             shape=f"{bench.label} m={chosen.block_m} n={chosen.block_n} w={chosen.num_warps}",
-            run=lambda tiles=tiles, chunk_exact=chunk_exact: tkv_paged_prefill_attention(
-                *tkv_arguments, tiles=tiles, chunk_exact=chunk_exact, **bounds),
-            check=lambda tiles=tiles, chunk_exact=chunk_exact: assert_tkv_close(
-                tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles, chunk_exact=chunk_exact),
+            run=lambda tiles=tiles, chunk_exact=chunk_exact, prefix_bound=prefix_bound: tkv_paged_prefill_attention(
+                *tkv_arguments, tiles=tiles, chunk_exact=chunk_exact, max_prefix_len=prefix_bound, **bounds),
+            check=lambda tiles=tiles, chunk_exact=chunk_exact, prefix_bound=prefix_bound: assert_tkv_close(
+                tkv_paged_prefill_attention(*tkv_arguments, tiles=tiles, chunk_exact=chunk_exact,
+                                            max_prefix_len=prefix_bound),
                 tkv_paged_prefill_attention_reference(*tkv_arguments, chunk_exact=chunk_exact), torch.float16),
             flops=flops, bytes_moved=(tokens + prefix_len * len(query_lens)) * tkv_token_bytes(shape),
         )
         for tiles in tile_options
         for chosen in (tiles or default_tkv_prefill_tiles(shape.head_dim),)
-        for chunk_exact in (True, False)
+        for chunk_exact, prefix_bound in ((True, prefix_len), (True, None), (False, prefix_len))
     ]
 
 

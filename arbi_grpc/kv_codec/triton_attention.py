@@ -54,6 +54,37 @@ def leading_decodes(metadata: AttentionMetadata) -> int:
 
 
 @dataclass(frozen=True)
+class MixedStepPlan:
+    """How a mixed step splits: its first `num_decodes` sequences go to the decode kernel, the rest to the prefill
+    kernel with their own metadata tensors. Those are fresh copies, not views past row 0: a view's address moves
+    with num_decodes, and Triton compiles a kernel again for each 16-byte alignment of a pointer it is given (a
+    stall of seconds in the middle of serving)."""
+
+    num_decodes: int
+    query_start_loc: Tensor  # [B_rest + 1] int32, from 0
+    seq_lens: Tensor  # [B_rest] int32
+    block_tables: Tensor  # [B_rest, max_blocks] int32
+    batch_slots: Tensor  # [B_rest] int32
+    max_prefix_len: int  # the longest cached prefix among the rest (seq_len - query_len)
+
+    @classmethod
+    def of(cls, metadata: AttentionMetadata, num_decodes: int) -> MixedStepPlan:
+        prefixes = [seq_len - query_len for seq_len, query_len
+                    in zip(metadata.seq_lens_host[num_decodes:], metadata.query_lens_host[num_decodes:])]
+        if not num_decodes:
+            return cls(0, metadata.query_start_loc, metadata.seq_lens, metadata.block_tables, metadata.batch_slots,
+                       max(prefixes, default=0))
+        return cls(
+            num_decodes=num_decodes,
+            query_start_loc=metadata.query_start_loc[num_decodes:] - num_decodes,
+            seq_lens=metadata.seq_lens[num_decodes:].clone(),
+            block_tables=metadata.block_tables[num_decodes:].clone(),
+            batch_slots=metadata.batch_slots[num_decodes:].clone(),
+            max_prefix_len=max(prefixes, default=0),
+        )
+
+
+@dataclass(frozen=True)
 class TkvTritonPagedAttention:
     """The `AttentionBackend[TkvPagedKVCache]` on CUDA (or Triton's interpreter on CPU, for tests).
 
@@ -100,36 +131,32 @@ class TkvTritonPagedAttention:
                 max_seq_len=metadata.max_seq_len, compute_dtype=self.compute_dtype,
             )
         else:
-            num_decodes, rest_start_loc = self._mixed_plan(metadata)
+            plan = self._mixed_plan(metadata)
             accumulated = torch.empty(transformed.shape, dtype=torch.float32, device=transformed.device)
-            if num_decodes:  # rows 0 .. num_decodes - 1 are sequences 0 .. num_decodes - 1, one token each
-                head = slice(0, num_decodes)
+            if plan.num_decodes:  # rows 0 .. num_decodes - 1 are sequences 0 .. num_decodes - 1, one token each
+                head = slice(0, plan.num_decodes)
                 tkv_paged_decode_attention(
                     transformed[head], storage, metadata.block_tables[head], metadata.seq_lens[head],
                     metadata.batch_slots[head], key_exact[head], value_exact[head], softmax_scale,
                     max_seq_len=max(metadata.seq_lens_host[head]), compute_dtype=self.compute_dtype,
                     out=accumulated[head],
                 )
-            rest = slice(num_decodes, None)
+            rest = slice(plan.num_decodes, None)
             tkv_paged_prefill_attention(
-                transformed[rest], storage, metadata.block_tables[rest],
-                rest_start_loc,
-                metadata.seq_lens[rest], metadata.batch_slots[rest], key_exact[rest], value_exact[rest],
-                softmax_scale, max_query_len=metadata.max_query_len, compute_dtype=self.compute_dtype,
-                chunk_exact=kv_cache.chunk_exact, out=accumulated[rest],
+                transformed[rest], storage, plan.block_tables, plan.query_start_loc, plan.seq_lens, plan.batch_slots,
+                key_exact[rest], value_exact[rest], softmax_scale, max_query_len=metadata.max_query_len,
+                compute_dtype=self.compute_dtype, chunk_exact=kv_cache.chunk_exact, out=accumulated[rest],
+                max_prefix_len=plan.max_prefix_len,
             )
         store_tkv_tail(key_exact, value_exact, storage, metadata.query_start_loc, metadata.seq_lens,
                        metadata.batch_slots)  # after attention: a chunk may still read the old tail rows
         return tkv_transform_output(accumulated, storage, query.dtype)
 
-    def _mixed_plan(self, metadata: AttentionMetadata) -> tuple[int, Tensor]:
-        """A mixed step's decode rows for the decode kernel and the query_start_loc of the rest (shifted to start at
-        0), the same in every layer: made at the first and kept in `metadata.plans`."""
+    def _mixed_plan(self, metadata: AttentionMetadata) -> MixedStepPlan:
+        """The step's `MixedStepPlan`, the same in every layer: made at the first and kept in `metadata.plans`."""
         key = (type(self), self.split_mixed_steps, "mixed")
         plan = metadata.plans.get(key)
         if plan is None:
-            num_decodes = leading_decodes(metadata) if self.split_mixed_steps else 0
-            start_loc = metadata.query_start_loc
-            rest_start_loc = start_loc[num_decodes:] - num_decodes if num_decodes else start_loc
-            plan = metadata.plans[key] = (num_decodes, rest_start_loc)
+            plan = metadata.plans[key] = MixedStepPlan.of(
+                metadata, leading_decodes(metadata) if self.split_mixed_steps else 0)
         return plan

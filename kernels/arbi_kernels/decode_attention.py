@@ -32,6 +32,7 @@ from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 
 MIN_TOKENS_PER_SPLIT = 256
 MAX_SPLITS = 256
+MERGE_SPLITS = tl.constexpr(16)  # partial outputs the merge kernel folds a loop step
 PROGRAMS_PER_SM = 8  # from split-count sweeps on an H200, see docs/kernels.md
 
 
@@ -116,29 +117,33 @@ def _decode_merge_kernel(
     stride_po_seq, stride_po_head, stride_po_split,
     stride_pl_seq, stride_pl_head,
     stride_out_seq, stride_out_head,
-    HEAD_DIM: tl.constexpr, SPLIT_PAD: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    """out = the splits' partial outputs weighted by their softmax mass, MERGE_SPLITS splits a loop step (so one
+    compiled kernel serves every split count): the largest log-sum-exp first, then the weighted sums."""
     wait_for_previous_kernel(USE_PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
-    splits = tl.arange(0, SPLIT_PAD)
-    split_valid = splits < num_splits
+    lse_row = partial_lse_ptr + seq * stride_pl_seq + head * stride_pl_head
+    out_row = partial_out_ptr + seq * stride_po_seq + head * stride_po_head
     dims = tl.arange(0, HEAD_DIM)
-    lse = tl.load(
-        partial_lse_ptr + seq * stride_pl_seq + head * stride_pl_head + splits, mask=split_valid,
-        other=float("-inf"),
-    )  # [SPLIT_PAD], log2 units
-    lse_max = tl.max(lse, axis=0)
-    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
-    weights = tl.exp2(lse - lse_max)  # [SPLIT_PAD]
-    total = tl.sum(weights, axis=0)
-    partial = tl.load(
-        partial_out_ptr + seq * stride_po_seq + head * stride_po_head + splits[:, None] * stride_po_split
-        + dims[None, :],
-        mask=split_valid[:, None], other=0.0,
-    )  # [SPLIT_PAD, D]
-    merged = tl.sum(partial * weights[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)  # [D]
+    lse_max = float("-inf")
+    for first in range(0, num_splits, MERGE_SPLITS):
+        splits = first + tl.arange(0, MERGE_SPLITS)
+        lse = tl.load(lse_row + splits, mask=splits < num_splits, other=float("-inf"))  # log2 units
+        lse_max = tl.maximum(lse_max, tl.max(lse, axis=0))
+    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)  # every split empty: a zero row
+    total = 0.0
+    merged = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for first in range(0, num_splits, MERGE_SPLITS):
+        splits = first + tl.arange(0, MERGE_SPLITS)
+        split_valid = splits < num_splits
+        weights = tl.exp2(tl.load(lse_row + splits, mask=split_valid, other=float("-inf")) - lse_max)
+        partial = tl.load(out_row + splits[:, None] * stride_po_split + dims[None, :], mask=split_valid[:, None],
+                          other=0.0)  # [MERGE_SPLITS, D]
+        total += tl.sum(weights, axis=0)
+        merged += tl.sum(partial * weights[:, None], axis=0)
+    merged = merged / tl.where(total > 0.0, total, 1.0)
     tl.store(out_ptr + seq * stride_out_seq + head * stride_out_head + dims, merged.to(out_ptr.dtype.element_ty))
 
 
@@ -217,7 +222,7 @@ def paged_decode_attention(
             partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
             partial_lse.stride(0), partial_lse.stride(1),
             output.stride(0), output.stride(1),
-            HEAD_DIM=head_dim, SPLIT_PAD=next_power_of_two(num_splits), num_warps=4,
+            HEAD_DIM=head_dim, num_warps=4,
             **pdl_launch_options(query.device),
         )
     return output

@@ -403,7 +403,7 @@ def tkv_paged_decode_attention(
             partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
             partial_lse.stride(0), partial_lse.stride(1),
             output.stride(0), output.stride(1),
-            HEAD_DIM=head_dim, SPLIT_PAD=next_power_of_two(num_splits), num_warps=4,
+            HEAD_DIM=head_dim, num_warps=4,
             **pdl_launch_options(query.device),
         )
     return output

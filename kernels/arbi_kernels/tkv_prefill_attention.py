@@ -6,8 +6,9 @@ tail's shape). Two rules:
 
 - `chunk_exact=True` (the engine's default): every query of a chunk reads the chunk's own tokens and the exact
   window of its first query (the block holding the chunk's first token and the E - 1 before it) exact, only the
-  cached prefix before that window from codes. A fresh prompt's chunk is then a plain flash-attention over fp16
-  tiles, with no decoding; a prompt's numbers depend on where its chunks start. The program moves q' and its
+  cached prefix before that window from codes, the sinks from their pool only when that window starts after
+  position 0. A fresh prompt's chunk is then a plain flash-attention over fp16 tiles, with no decoding, on the bf16
+  kernel's tiles; a prompt's numbers depend on where its chunks start. The program moves q' and its
   accumulator from the decoder's channel order to the natural one once, after its coded tiles, so that exact
   rows load straight into the dots.
 - `chunk_exact=False`: each query reads exact only its own window (its own block and the E - 1 before it), as a
@@ -87,6 +88,13 @@ def require_supported_prefill_tiles(tiles: PrefillTiles) -> None:
             f"tiles: block_n {tiles.block_n} is narrower than block_m {tiles.block_m} and than 64 keys, a shape the "
             f"TKV prefill kernel miscompiles on sm_90; use block_n >= min(block_m, 64)"
         )
+
+
+def reads_coded_prefix(chunk_exact: bool, max_prefix_len: int | None, page_size: int, exact_blocks: int) -> bool:
+    """Whether a program of the launch may read coded keys (or the sink pool): always under the per-query rule and
+    for unknown prefixes; under the chunk rule only once a prefix reaches E blocks (a chunk's window starts at 0
+    before that, and every key it sees is exact)."""
+    return not chunk_exact or max_prefix_len is None or max_prefix_len >= exact_blocks * page_size
 
 
 def prefill_sink_tile_size(sink_tokens: int, tiles: PrefillTiles) -> int:
@@ -180,7 +188,7 @@ def _tkv_prefill_kernel(
     KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, GROUP: tl.constexpr, SINK_TOKENS: tl.constexpr,
     SINK_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, EXACT_BLOCKS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    CHUNK_EXACT: tl.constexpr,
+    CHUNK_EXACT: tl.constexpr, CODED_PREFIX: tl.constexpr,
 ):
     query_tile = tl.program_id(0)
     seq = tl.program_id(1)
@@ -196,7 +204,10 @@ def _tkv_prefill_kernel(
     rows = tile_first_row + tl.arange(0, BLOCK_M)
     row_valid = rows < q_len
     q_positions = prefix_len + rows  # [BLOCK_M] absolute positions of the queries
-    dims = code_channels(HEAD_DIM)  # q' in and acc out in the decoded tiles' channel order
+    if CHUNK_EXACT and not CODED_PREFIX:
+        dims = tl.arange(0, HEAD_DIM)  # every key exact: q' in and acc out in the natural channel order
+    else:
+        dims = code_channels(HEAD_DIM)  # q' in and acc out in the decoded tiles' channel order
     token_rows = (q_begin + rows).to(tl.int64)
     q = _load_scaled_queries(q_ptr, token_rows, row_valid, q_head, stride_q_token, stride_q_head, dims, qk_scale,
                              COMPUTE_DTYPE)
@@ -212,34 +223,38 @@ def _tkv_prefill_kernel(
     # No row reads a key before first_block_start exact: the chunk's first query's window (CHUNK_EXACT: every
     # row reads exact from there on), else the program's first query's.
     first_block_start = window_start(prefix_len if CHUNK_EXACT else first_query, PAGE_SIZE, EXACT_BLOCKS)
-    exact_start = tl.maximum(first_block_start, SINK_TOKENS)
     tail_slot = tl.load(tail_slots_ptr + seq)
     causal_end = tl.minimum(seq_len, first_query + BLOCK_M)  # keys past the program's last query are unseen
-    if SINK_TOKENS > 0:
-        tokens = tl.arange(0, SINK_PAD)
-        in_sink = (tokens < SINK_TOKENS) & (tokens < seq_len)
-        sink_visible = in_sink[None, :] & (tokens[None, :] <= q_positions[:, None])  # [BLOCK_M, SINK_PAD]
-        m_i, l_i, acc = attend_sink_tile(
-            q, tokens, sink_visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-            key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
-        )
     if CHUNK_EXACT:
-        # The cached prefix before the exact region, coded and visible to every row (all before prefix_len).
-        coded_end = tl.where(exact_start > SINK_TOKENS, exact_start, 0)
-        for tile_start in range(SINK_TOKENS // BLOCK_N * BLOCK_N, coded_end, BLOCK_N):
-            keys = tile_start + offsets_n
-            coded = (keys >= SINK_TOKENS) & (keys < coded_end)
-            m_i, l_i, acc = attend_coded_tile(
-                q, keys, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
-                key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr,
-                True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
-            )
-        # From here on every key is exact, stored in the natural channel order: q' and acc move to that order
-        # once, so that exact rows load straight into the dots.
-        dims = tl.arange(0, HEAD_DIM)
-        q = _load_scaled_queries(q_ptr, token_rows, row_valid, q_head, stride_q_token, stride_q_head, dims,
-                                 qk_scale, COMPUTE_DTYPE)
-        acc = in_natural_order(acc, HEAD_DIM)
+        # Every key from the window's start on is exact, the sinks too when the window starts at 0 (a fresh prompt:
+        # its tiles then fall where the bf16 kernel's do). CODED_PREFIX=False: the caller knows no sequence's
+        # window starts later, so the sink tile and the coded tiles are compiled out.
+        exact_start = first_block_start
+        if CODED_PREFIX:
+            if first_block_start > 0:
+                if SINK_TOKENS > 0:
+                    tokens = tl.arange(0, SINK_PAD)
+                    in_sink = tokens < SINK_TOKENS  # all before the window, so before every query
+                    m_i, l_i, acc = attend_sink_tile(
+                        q, tokens, in_sink[None, :] & row_valid[:, None], in_sink, block_table_row, kv_head,
+                        num_kv_heads, m_i, l_i, acc, key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE,
+                        DOT_PRECISION,
+                    )
+                # The cached prefix between the sinks and the window, coded and visible to every row.
+                for tile_start in range(SINK_TOKENS // BLOCK_N * BLOCK_N, exact_start, BLOCK_N):
+                    keys = tile_start + offsets_n
+                    coded = (keys >= SINK_TOKENS) & (keys < exact_start)
+                    m_i, l_i, acc = attend_coded_tile(
+                        q, keys, coded[None, :], coded, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+                        key_codes_ptr, key_metadata_ptr, value_codes_ptr, value_metadata_ptr,
+                        True, KEY_BITS, VALUE_BITS, GROUP, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+                    )
+            # From here on every key is exact, stored in the natural channel order: q' and acc move to that order
+            # once, so that exact rows load straight into the dots.
+            dims = tl.arange(0, HEAD_DIM)
+            q = _load_scaled_queries(q_ptr, token_rows, row_valid, q_head, stride_q_token, stride_q_head, dims,
+                                     qk_scale, COMPUTE_DTYPE)
+            acc = in_natural_order(acc, HEAD_DIM)
         # The window's positions before the chunk (visible to every row), from the tail ring. (Names unused
         # before the loops: a Triton loop carries any name assigned before it.)
         for tile_start in range(exact_start, prefix_len, BLOCK_N):
@@ -267,6 +282,15 @@ def _tkv_prefill_kernel(
             m_i, l_i, acc = _attend_exact_rows(q, key_exact_ptr, value_exact_ptr, step_offsets, in_step, visible,
                                                m_i, l_i, acc, HEAD_DIM, DOT_PRECISION)
     else:
+        exact_start = tl.maximum(first_block_start, SINK_TOKENS)
+        if SINK_TOKENS > 0:
+            tokens = tl.arange(0, SINK_PAD)
+            in_sink = (tokens < SINK_TOKENS) & (tokens < seq_len)
+            sink_visible = in_sink[None, :] & (tokens[None, :] <= q_positions[:, None])  # [BLOCK_M, SINK_PAD]
+            m_i, l_i, acc = attend_sink_tile(
+                q, tokens, sink_visible, in_sink, block_table_row, kv_head, num_kv_heads, m_i, l_i, acc,
+                key_sink_ptr, value_sink_ptr, SINK_TOKENS, HEAD_DIM, PAGE_SIZE, DOT_PRECISION,
+            )
         coded_start = 0
         if SINK_TOKENS > 0:
             # Tiles overlapping the sink prefix: mask the sink positions out (and the causal part, if any).
@@ -324,6 +348,7 @@ def tkv_paged_prefill_attention(
     compute_dtype: torch.dtype = torch.float16,
     chunk_exact: bool = True,
     out: torch.Tensor | None = None,
+    max_prefix_len: int | None = None,
 ) -> torch.Tensor:
     """Causal attention acc [T, Hq, D] (float32, value code space) of the new tokens' q' [T, Hq, D].
 
@@ -337,6 +362,9 @@ def tkv_paged_prefill_attention(
     chunk_exact: which keys a query reads exact (the module's docstring): the chunk's own tokens and its first
     query's window (True), or only the query's own window, as decode does (False). out: where to write acc
     (float32 [T, Hq, D], e.g. the prefill rows' slice of a mixed step's output), else a new tensor.
+    max_prefix_len: an upper bound on any sequence's cached positions before this step (seq_len - query_len), read
+    with chunk_exact only: below E blocks no chunk reads a code, so the launch compiles the coded tiles out (None:
+    unknown, they stay in).
     """
     _, page_size, num_kv_heads, head_dim = validate_tkv_layer(layer)
     exact_blocks = exact_window_blocks(layer)
@@ -369,6 +397,8 @@ def tkv_paged_prefill_attention(
         raise ValueError(f"max_query_len: must be in [0, num_tokens={num_tokens}], got {max_query_len}")
     if max_query_len == 0:
         return output
+    if max_prefix_len is not None and max_prefix_len < 0:
+        raise ValueError(f"max_prefix_len: must be >= 0, got {max_prefix_len}")
 
     tiles = tiles or default_tkv_prefill_tiles(head_dim)
     require_supported_prefill_tiles(tiles)
@@ -386,6 +416,7 @@ def tkv_paged_prefill_attention(
         SINK_TOKENS=layer.sink_tokens, SINK_PAD=prefill_sink_tile_size(layer.sink_tokens, tiles), HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, EXACT_BLOCKS=exact_blocks, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         COMPUTE_DTYPE=triton_dtype(compute_dtype), DOT_PRECISION=compute_precision(compute_dtype),
-        CHUNK_EXACT=chunk_exact, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        CHUNK_EXACT=chunk_exact, CODED_PREFIX=reads_coded_prefix(chunk_exact, max_prefix_len, page_size, exact_blocks),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return output

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from arbi_kernels import paged_decode_attention
-from arbi_kernels.decode_attention import DecodeTiles, choose_num_splits
+from arbi_kernels.decode_attention import MERGE_SPLITS, DecodeTiles, choose_num_splits
 from tests.kernels.paged_batches import BatchShape, random_paged_batch, tolerance
 from tests.kernels.reference import paged_decode_attention_reference
 
@@ -48,6 +48,15 @@ def test_more_splits_than_tokens_and_small_tiles(device, generator):
     shape = BatchShape(num_heads=6, num_kv_heads=2, head_dim=64, page_size=32, dtype=torch.float32)
     batch = random_paged_batch(shape, [1, 1], seq_lens, device, generator)
     _check(batch, num_splits=7, tiles=DecodeTiles(block_n=16, num_warps=4))
+
+
+def test_merge_over_several_loop_steps(device, generator):
+    """More splits than the merge kernel folds in one loop step (MERGE_SPLITS), the last step partly past
+    num_splits, and the short sequence's splits mostly empty."""
+    seq_lens = [20, int(torch.randint(600, 700, (1,), generator=generator))]
+    shape = BatchShape(num_heads=4, num_kv_heads=2, head_dim=64, page_size=16, dtype=torch.float32)
+    batch = random_paged_batch(shape, [1, 1], seq_lens, device, generator)
+    _check(batch, num_splits=2 * MERGE_SPLITS.value + 5, tiles=DecodeTiles(block_n=16, num_warps=4))
 
 
 def test_zero_length_sequence_gives_zeros(device, generator):

@@ -16,6 +16,8 @@ from arbi_kernels import (
     write_tkv_cache,
 )
 from arbi_kernels.prefill_attention import PrefillTiles
+from arbi_kernels.tkv_exact import exact_window_blocks
+from arbi_kernels.tkv_prefill_attention import reads_coded_prefix
 from tests.kernels.tkv_batches import (
     TkvBatch,
     TkvShape,
@@ -39,10 +41,19 @@ def _arguments(batch: TkvBatch) -> tuple:
 
 def _check(batch: TkvBatch, compute_dtype: torch.dtype, tiles: PrefillTiles = SMALL_TILES,
            chunk_exact: bool = True) -> torch.Tensor:
+    """The kernel against the reference, with the launch's prefixes unknown and, where that compiles the coded
+    tiles out (no chunk reaches them), bounded by their longest."""
     expected = tkv_paged_prefill_attention_reference(*_arguments(batch), chunk_exact=chunk_exact)
-    assert_tkv_close(tkv_paged_prefill_attention(*_arguments(batch), tiles=tiles, compute_dtype=compute_dtype,
-                                                 chunk_exact=chunk_exact),
-                     expected, compute_dtype)
+    query_lens = batch.query_start_loc[1:] - batch.query_start_loc[:-1]
+    max_prefix_len = int((batch.seq_lens - query_lens).max())
+    bounds = [None]
+    if not reads_coded_prefix(chunk_exact, max_prefix_len, batch.layer.block_size,
+                              exact_window_blocks(batch.layer)):
+        bounds.append(max_prefix_len)
+    for max_prefix_len in bounds:
+        assert_tkv_close(tkv_paged_prefill_attention(*_arguments(batch), tiles=tiles, compute_dtype=compute_dtype,
+                                                     chunk_exact=chunk_exact, max_prefix_len=max_prefix_len),
+                         expected, compute_dtype)
     return expected
 
 
@@ -155,7 +166,7 @@ def test_write_then_attend_as_the_engine_does(page_size, exact_blocks, chunk_exa
         if end - start > 1:
             arguments = (query, layer, table, starts, seq_lens, tail_slots, *exact, batch.softmax_scale)
             actual = tkv_paged_prefill_attention(*arguments, tiles=SMALL_TILES, compute_dtype=torch.float32,
-                                                 chunk_exact=chunk_exact)
+                                                 chunk_exact=chunk_exact, max_prefix_len=start)
             expected = tkv_paged_prefill_attention_reference(*arguments, chunk_exact=chunk_exact)
         else:
             arguments = (query, layer, table, seq_lens, tail_slots, *exact, batch.softmax_scale)
@@ -178,6 +189,7 @@ def test_rejects_bad_arguments(device, generator):
         ({"query_start_loc": batch.query_start_loc.long()}, "query_start_loc: dtype"),
         ({"query": batch.query[:, :, :32]}, "query: expected shape"),
         ({"max_query_len": 7}, "max_query_len"),
+        ({"max_prefix_len": -1}, "max_prefix_len: must be >= 0"),
         ({"compute_dtype": torch.int8}, "compute_dtype"),
         ({"key_exact": batch.key_exact[:2]}, r"key_exact: expected shape \[num_tokens=3"),
         ({"value_exact": batch.value_exact.transpose(0, 1).contiguous().transpose(0, 1)}, "value_exact: strides"),
@@ -188,3 +200,13 @@ def test_rejects_bad_arguments(device, generator):
     for change, message in cases:
         with pytest.raises(ValueError, match=message):
             tkv_paged_prefill_attention(**(arguments | change))
+
+
+def test_the_coded_tiles_are_compiled_out_only_where_no_chunk_reaches_them():
+    """Under the chunk rule a prefix below E blocks keeps every key exact; E blocks or more, the per-query rule, or
+    an unknown prefix may read codes."""
+    assert not reads_coded_prefix(True, 0, 16, 4)
+    assert not reads_coded_prefix(True, 63, 16, 4)
+    assert reads_coded_prefix(True, 64, 16, 4)
+    assert reads_coded_prefix(True, None, 16, 4)
+    assert reads_coded_prefix(False, 0, 16, 4)
