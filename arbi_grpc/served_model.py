@@ -8,6 +8,7 @@ budget per rank.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -205,12 +206,18 @@ def build_runner(
     backend: AttentionBackend,
     ranks: WorkerRanks | None = None,
 ) -> tuple[ModelRunner, int]:
-    """The model runner (rank 0's when `ranks` are the other tensor-parallel ranks), with its decode steps
-    captured as CUDA graphs when on CUDA and the backend allows; returns it and the bytes the capture kept
-    reserved (0 without graphs). Capture before profiling memory: a capture empties the allocator's cache."""
+    """The model runner (rank 0's when `ranks` are the other tensor-parallel ranks); on CUDA its eager step
+    shapes warmed up (`ModelRunner.warm_up_eager_steps`) and its decode steps captured as CUDA graphs where the
+    backend allows; returns it and the bytes the capture kept reserved (0 without graphs). Capture before profiling
+    memory: a capture empties the allocator's cache."""
     runner = ModelRunner(model, kv_cache, config.block_size, kv_cache.device, ranks)
+    if kv_cache.device.type != "cuda":
+        return runner, 0
+    started = time.perf_counter()
+    warmed = runner.warm_up_eager_steps(max_model_len)
+    log.info("ran %d eager warm-up steps (their kernels compiled) in %.1f s", warmed, time.perf_counter() - started)
     graph_batch = config.cuda_graph_batch
-    if kv_cache.device.type != "cuda" or graph_batch == 0 or not backend.cuda_graph_safe:
+    if graph_batch == 0 or not backend.cuda_graph_safe:
         return runner, 0
     graph_bytes = reserved_growth(lambda: runner.capture_decode_graphs(graph_batch, max_model_len), kv_cache.device)
     log.info("captured CUDA graphs of decode steps up to batch %d (%.1f MiB)", graph_batch, graph_bytes / MIB)

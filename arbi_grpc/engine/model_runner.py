@@ -41,6 +41,7 @@ from arbi_grpc.engine.scheduler import ScheduledChunk, ScheduledStep
 from arbi_grpc.engine.sequence import Sequence, SequenceStatus
 from arbi_grpc.engine.step_inputs import StepInputs, forward_logits, seed_reused_blocks, select_rows
 from arbi_grpc.engine.step_timings import StepTiming, StepTimings, mark
+from arbi_grpc.engine.warm_up import warm_up_steps
 
 if TYPE_CHECKING:
     from arbi_grpc.engine.grammar.token_masks import TokenMaskBuilder
@@ -163,6 +164,17 @@ class ModelRunner:
         graphs = DecodeGraphs(self.model, self.kv_cache, max_batch=max_batch, max_model_len=max_model_len)
         graphs.capture()
         self.decode_graphs = graphs
+
+    @torch.inference_mode()
+    def warm_up_eager_steps(self, max_model_len: int) -> int:
+        """Runs the forward passes of `warm_up_steps` (sampling nothing) and waits for the device, so that their
+        kernels compile at boot and not under load; returns how many steps ran."""
+        steps = warm_up_steps(self.kv_cache, max_model_len)
+        for inputs in steps:
+            self._forward_logits(inputs, torch.zeros(inputs.num_tokens, dtype=torch.int64, device=self.device))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return len(steps)
 
     def replace_kv_cache(self, kv_cache: KVStorage) -> None:
         """The storage the next steps read and write; decode graphs, which captured the old one, are captured again."""
