@@ -1,9 +1,9 @@
 """Paged decode attention: one new query per sequence against its whole cached context (flash-decoding).
 
 Each program takes one (sequence, kv head, split): the query heads of that kv head's GQA group form the rows
-of one tile, so K/V are read once per group. Long contexts are cut into `num_splits` partitions whose partial
-results (normalized output + log-sum-exp) a second kernel merges; with one split the first kernel writes the
-final output directly.
+of one tile, so K/V are read once per group. Long contexts are cut into `num_splits` partitions (each sequence by
+its own length: `split_range`) whose partial results (normalized output + log-sum-exp) a second kernel merges; with
+one split the first kernel writes the final output directly.
 """
 
 from __future__ import annotations
@@ -48,11 +48,22 @@ class DecodeTiles:
         require_num_warps(self.num_warps)
 
 
-@triton.jit(do_not_specialize=["group_size", "tokens_per_split", "stride_bt_seq"])
+@triton.jit
+def split_range(seq_len, BLOCK_N: tl.constexpr):
+    """[start, end) of this program's split (axis 2 of the grid, tl.num_programs(2) splits) of a sequence of
+    seq_len positions: whole BLOCK_N tiles, as equal as they go. Cut by the sequence's own length, not the launch's
+    bound, so that a short sequence in a launch sized for long ones (a CUDA graph captured at max_model_len) still
+    spreads over every split."""
+    per_split = tl.cdiv(tl.cdiv(seq_len, tl.num_programs(2)), BLOCK_N) * BLOCK_N
+    start = tl.program_id(2) * per_split
+    return start, tl.minimum(start + per_split, seq_len)
+
+
+@triton.jit(do_not_specialize=["group_size", "stride_bt_seq"])
 def _decode_partition_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
     out_ptr, partial_out_ptr, partial_lse_ptr,
-    qk_scale, group_size, tokens_per_split,
+    qk_scale, group_size,
     stride_q_seq, stride_q_head,
     stride_cache_block, stride_cache_slot, stride_cache_head,
     stride_bt_seq,
@@ -68,8 +79,7 @@ def _decode_partition_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    split_start = split * tokens_per_split
-    split_end = tl.minimum(split_start + tokens_per_split, seq_len)
+    split_start, split_end = split_range(seq_len, BLOCK_N)
 
     rows = tl.arange(0, GROUP_PAD)
     row_valid = rows < group_size
@@ -171,8 +181,8 @@ def paged_decode_attention(
 
     key_cache/value_cache: [num_blocks, block_size, Hkv, D] (the new token's K/V already written);
     block_tables: [B, max_blocks] int32; seq_lens: [B] int32 (0 gives a zero output row).
-    max_seq_len: an upper bound on seq_lens, used to size the split; None reads it from seq_lens (a device
-    sync). num_splits: None picks one from the GPU's size; pass it to pin the launch shape (CUDA graphs).
+    max_seq_len: an upper bound on seq_lens, from which the split count is chosen (each sequence's splits are cut
+    from its own length); None reads it from seq_lens (a device sync). num_splits: None picks one from the GPU's size; pass it to pin the launch shape (CUDA graphs).
     tiles: the kernel's tile shape (a tuning knob; the default suits head_dim 64 and 128).
     """
     validate_paged_attention(query, key_cache, value_cache, block_tables, seq_lens, softmax_scale)
@@ -192,7 +202,6 @@ def paged_decode_attention(
         raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
 
     group_size = num_heads // num_kv_heads
-    tokens_per_split = triton.cdiv(triton.cdiv(max(max_seq_len, 1), num_splits), tiles.block_n) * tiles.block_n
     single_split = num_splits == 1
     partial_out = torch.empty(
         (num_seqs, num_heads, num_splits, head_dim) if not single_split else (1, 1, 1, 1),
@@ -205,7 +214,7 @@ def paged_decode_attention(
     _decode_partition_kernel[(num_seqs, num_kv_heads, num_splits)](
         query, key_cache, value_cache, block_tables, seq_lens,
         output, partial_out, partial_lse,
-        softmax_scale * LOG2_E, group_size, tokens_per_split,
+        softmax_scale * LOG2_E, group_size,
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         block_tables.stride(0),

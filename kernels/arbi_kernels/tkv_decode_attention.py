@@ -37,6 +37,7 @@ from arbi_kernels.decode_attention import (
     MAX_SPLITS,
     MIN_TOKENS_PER_SPLIT,
     _decode_merge_kernel,
+    split_range,
 )
 from arbi_kernels.device import multiprocessor_count
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
@@ -187,12 +188,12 @@ def _attend_coded_tile(q, tokens, coded, block_table_row, kv_head, num_kv_heads,
     return m_new, l_tile, accumulate_values(acc * alpha[:, None], p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
-@triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
+@triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
 def _tkv_decode_partition_kernel(
     q_ptr, key_codes_ptr, key_metadata_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
     value_codes_ptr, value_metadata_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
     block_tables_ptr, seq_lens_ptr, tail_slots_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
-    qk_scale, group_size, tokens_per_split, num_kv_heads,
+    qk_scale, group_size, num_kv_heads,
     stride_q_seq, stride_q_head, stride_bt_seq, stride_exact_token, stride_exact_head,
     stride_out_seq, stride_out_head,
     stride_po_seq, stride_po_head, stride_po_split,
@@ -209,8 +210,7 @@ def _tkv_decode_partition_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    split_start = split * tokens_per_split
-    split_end = tl.minimum(split_start + tokens_per_split, seq_len)
+    split_start, split_end = split_range(seq_len, BLOCK_N)
 
     rows = tl.arange(0, GROUP_PAD)
     row_valid = rows < group_size
@@ -361,7 +361,6 @@ def tkv_paged_decode_attention(
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
 
-    tokens_per_split = triton.cdiv(triton.cdiv(max(max_seq_len, 1), num_splits), tiles.block_n) * tiles.block_n
     single_split = num_splits == 1
     partial_out = torch.empty(
         (num_seqs, num_heads, num_splits, head_dim) if not single_split else (1, 1, 1, 1),
@@ -376,7 +375,7 @@ def tkv_paged_decode_attention(
              packed_code_view(layer.value_codes, layer.value_bits), metadata_pair_view(layer.value_metadata),
              layer.value_sink, layer.value_tail, value_exact,
              block_tables, seq_lens, tail_slots, output, partial_out, partial_lse,
-             softmax_scale * LOG2_E, num_heads // num_kv_heads, tokens_per_split, num_kv_heads,
+             softmax_scale * LOG2_E, num_heads // num_kv_heads, num_kv_heads,
              query.stride(0), query.stride(1), block_tables.stride(0), key_exact.stride(0), key_exact.stride(1),
              output.stride(0), output.stride(1),
              partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from arbi_kernels.decode_attention import split_range
 from arbi_kernels.pdl import wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
     INTERPRETED,
@@ -114,12 +115,12 @@ def attend_exact_rows(k, v, visible, q_fold, q_sums, m_i, l_i, acc, HEADS: tl.co
     return m_i, l_i * alpha + tl.sum(p, axis=0), acc
 
 
-@triton.jit(do_not_specialize=["group_size", "tokens_per_split", "num_kv_heads", "stride_bt_seq"])
+@triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
 def _tkv_folded_decode_kernel(
     q_ptr, key_codes_ptr, key_metadata_ptr, key_sink_ptr, key_tail_ptr, key_exact_ptr,
     value_codes_ptr, value_metadata_ptr, value_sink_ptr, value_tail_ptr, value_exact_ptr,
     block_tables_ptr, seq_lens_ptr, tail_slots_ptr, out_ptr, partial_out_ptr, partial_lse_ptr,
-    qk_scale, group_size, tokens_per_split, num_kv_heads,
+    qk_scale, group_size, num_kv_heads,
     stride_q_seq, stride_q_head, stride_bt_seq, stride_exact_token, stride_exact_head,
     stride_out_seq, stride_out_head,
     stride_po_seq, stride_po_head, stride_po_split,
@@ -137,8 +138,7 @@ def _tkv_folded_decode_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    split_start = split * tokens_per_split
-    split_end = tl.minimum(split_start + tokens_per_split, seq_len)
+    split_start, split_end = split_range(seq_len, BLOCK_N)
 
     dims = code_channels(HEAD_DIM)  # q' in and the output in the decoded tiles' channel order
     folded = tl.arange(0, NG * HEADS)  # column g * HEADS + r: group g of head r

@@ -50,6 +50,15 @@ def test_more_splits_than_tokens_and_small_tiles(device, generator):
     _check(batch, num_splits=7, tiles=DecodeTiles(block_n=16, num_warps=4))
 
 
+def test_a_launch_sized_for_a_longer_bound(device, generator):
+    """As a CUDA graph captured at max_model_len launches it: splits chosen for a bound far above the sequences,
+    each sequence cut into them by its own length (some splits of the shortest one empty)."""
+    seq_lens = [5, int(torch.randint(100, 200, (1,), generator=generator)), 64]
+    shape = BatchShape(num_heads=4, num_kv_heads=2, head_dim=64, page_size=16, dtype=torch.float32)
+    batch = random_paged_batch(shape, [1] * 3, seq_lens, device, generator)
+    _check(batch, num_splits=12, max_seq_len=8192, tiles=DecodeTiles(block_n=16, num_warps=4))
+
+
 def test_merge_over_several_loop_steps(device, generator):
     """More splits than the merge kernel folds in one loop step (MERGE_SPLITS), the last step partly past
     num_splits, and the short sequence's splits mostly empty."""
