@@ -14,20 +14,24 @@ from __future__ import annotations
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.engine.step_inputs import StepInputs
 
-WARM_UP_CONTEXT = 1024  # tokens of the longer decode row: split by the decode kernels at any GPU size
+WARM_UP_CONTEXT = 1024  # tokens of the longer decode row and of the cached prefix: split by the decode kernels at
+# any GPU size, and past the exact window of any TKV cache (its window of E blocks is far shorter)
 WARM_UP_CHUNK = 16  # tokens of the prefill chunk beside the decode rows
 SHORT_DECODE_CONTEXT = 17  # a decode row no kernel splits
+MIN_WARM_UP_BLOCKS = 4  # blocks of context below which there is nothing to warm up
 
 
 def warm_up_steps(kv_cache: KVStorage, max_model_len: int) -> list[StepInputs]:
     """The eager steps to run once: a fresh prompt of `context` tokens in sequence 0 (batch slot 0), then two mixed
     steps, a decode row of sequence 0 (at `context` + 1 tokens, then at SHORT_DECODE_CONTEXT) beside a chunk of
-    sequence 1 (slot 1) after a cached prefix of `context` tokens. Empty when the pool or max_model_len is too small
-    for a prefix that reaches past a sequence's first blocks (there is then nothing to split either)."""
+    sequence 1 (slot 1) after a cached prefix of `context` tokens (WARM_UP_CONTEXT, less where the pool or
+    max_model_len is smaller). Empty when they leave less than MIN_WARM_UP_BLOCKS blocks of context or the storage
+    fewer than two sequences (a test-sized pool: nothing in it is long enough to split)."""
     block_size = kv_cache.block_size
     blocks_each = kv_cache.num_blocks // 2
     context = min(WARM_UP_CONTEXT, max_model_len - WARM_UP_CHUNK, blocks_each * block_size - WARM_UP_CHUNK)
-    if context < 4 * block_size or kv_cache.num_first_blocks < 2 or (kv_cache.num_batch_slots or 2) < 2:
+    slots = kv_cache.num_batch_slots  # None: the storage keeps no state per sequence
+    if context < MIN_WARM_UP_BLOCKS * block_size or kv_cache.num_first_blocks < 2 or (slots is not None and slots < 2):
         return []
     needed = -(-(context + WARM_UP_CHUNK) // block_size)
     rest = [block for block in range(kv_cache.num_blocks) if block not in (0, 1)]

@@ -69,18 +69,18 @@ class MixedStepPlan:
 
     @classmethod
     def of(cls, metadata: AttentionMetadata, num_decodes: int) -> MixedStepPlan:
-        prefixes = [seq_len - query_len for seq_len, query_len
-                    in zip(metadata.seq_lens_host[num_decodes:], metadata.query_lens_host[num_decodes:])]
+        max_prefix_len = max((seq_len - query_len for seq_len, query_len in zip(
+            metadata.seq_lens_host[num_decodes:], metadata.query_lens_host[num_decodes:])), default=0)
         if not num_decodes:
             return cls(0, metadata.query_start_loc, metadata.seq_lens, metadata.block_tables, metadata.batch_slots,
-                       max(prefixes, default=0))
+                       max_prefix_len)
         return cls(
             num_decodes=num_decodes,
             query_start_loc=metadata.query_start_loc[num_decodes:] - num_decodes,
             seq_lens=metadata.seq_lens[num_decodes:].clone(),
             block_tables=metadata.block_tables[num_decodes:].clone(),
             batch_slots=metadata.batch_slots[num_decodes:].clone(),
-            max_prefix_len=max(prefixes, default=0),
+            max_prefix_len=max_prefix_len,
         )
 
 
