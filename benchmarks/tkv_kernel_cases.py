@@ -111,14 +111,16 @@ def build(shape: TkvShape, query_lens: list[int], seq_lens: list[int], generator
                     torch.cat([rows[1] for rows in step_rows]), label)
 
 
-def bf16_decode_case(bench: TkvBench) -> BenchCase:
+def bf16_decode_case(bench: TkvBench, num_splits: int | None = None, seq_len_bound: int | None = None) -> BenchCase:
+    """seq_len_bound: the max_seq_len the launch is sized for (a CUDA graph's max_model_len), else the longest
+    sequence; num_splits: None chooses from that."""
     batch = bench.paged
     arguments = (batch.query.bfloat16(), batch.key_cache, batch.value_cache, batch.block_tables, batch.seq_lens,
                  batch.softmax_scale)
-    options = {"max_seq_len": int(batch.seq_lens.max())}
+    options = {"max_seq_len": seq_len_bound or int(batch.seq_lens.max()), "num_splits": num_splits}
     tokens = int(batch.seq_lens.sum())
     return BenchCase(
-        kernel="decode bf16", shape=bench.label,
+        kernel="decode bf16", shape=f"{bench.label}{bound_label(num_splits, seq_len_bound)}",
         run=lambda: paged_decode_attention(*arguments, **options),
         check=lambda: torch.testing.assert_close(paged_decode_attention(*arguments, **options),
                                                  reference.paged_decode_attention_reference(*arguments),
@@ -127,14 +129,20 @@ def bf16_decode_case(bench: TkvBench) -> BenchCase:
     )
 
 
+def bound_label(num_splits: int | None, seq_len_bound: int | None) -> str:
+    """What a decode case's shape says of its launch beyond the bench: a bound above its sequences, pinned splits."""
+    return (f" bound={seq_len_bound}" if seq_len_bound else "") + (f" splits={num_splits}" if num_splits else "")
+
+
 def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DEFAULT_DECODE_TILES,
                     num_splits: int | None = None, with_transforms: bool = False,
-                    expected: torch.Tensor | None = None) -> BenchCase:
-    """expected: the reference output of this bench, when several cases share one."""
+                    expected: torch.Tensor | None = None, seq_len_bound: int | None = None) -> BenchCase:
+    """expected: the reference output of this bench, when several cases share one; seq_len_bound: as
+    bf16_decode_case."""
     batch, layer = bench.paged, bench.layer
     arguments = (batch.query, layer, batch.block_tables, batch.seq_lens, *bench.exact_arguments(),
                  batch.softmax_scale)
-    options = {"max_seq_len": int(batch.seq_lens.max()), "num_splits": num_splits, "tiles": tiles}
+    options = {"max_seq_len": seq_len_bound or int(batch.seq_lens.max()), "num_splits": num_splits, "tiles": tiles}
     model_query = batch.query.bfloat16()
 
     def run() -> torch.Tensor:
@@ -156,7 +164,8 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
                f"{' prefetch' if tiles.prefetch else ''}{f' r{tiles.max_registers}' if tiles.max_registers else ''}"
                f"{' masked-words' if tiles.mask_words else ''}{' ptx' if tiles.ptx_nibbles else ''}"
                f"{' transposed' if tiles.transposed_dots else ''}{' folded' if tiles.folded_scales else ''}"
-               f"{f' window{tiles.window_blocks}' if tiles.window_blocks > 1 else ''} splits={num_splits or 'auto'}"),
+               f"{f' window{tiles.window_blocks}' if tiles.window_blocks > 1 else ''} splits={num_splits or 'auto'}"
+               f"{f' bound={seq_len_bound}' if seq_len_bound else ''}"),
         run=run, check=check, bytes_moved=tokens * tkv_token_bytes(shape),
     )
 

@@ -14,8 +14,10 @@ the K4V4 decode kernel at 32k context (batch 32, 8 and 1) against bf16: the defa
 kernel before its register cap, register prefetch, the folded-scale kernel (tkv_folded_decode.py) and the exact
 window in one tile, in about a minute.
 --prefill-only times bf16 and TKV prefill (both rules of what a chunk reads exact) of 4 x 2,048-token prompts and
-of 512-token chunks after 1,536 cached tokens, at several tile shapes.
-Usage: python -m benchmarks.tkv_kernels [--output bench-results/tkv.json] [--sweep | --decode-only | --prefill-only]
+of 512-token chunks after 1,536 cached tokens, at several tile shapes. --bound-only times decode of 2,300-token
+sequences launched for a 32k bound (a decode graph's max_model_len) against launches sized for them and one split.
+Usage: python -m benchmarks.tkv_kernels [--output bench-results/tkv.json]
+       [--sweep | --decode-only | --prefill-only | --bound-only]
 """
 
 from __future__ import annotations
@@ -232,6 +234,24 @@ def decode_only(generator: torch.Generator, flush: torch.Tensor) -> tuple[list[B
     return results, "\n".join(lines)
 
 
+BOUND_BATCHES, BOUND_CONTEXT, BOUND_SEQ_LEN = (1, 8, 32), 2300, 32768
+
+
+def bound_cases(generator: torch.Generator) -> list[BenchCase]:
+    """Decode of BOUND_CONTEXT-token sequences launched as a decode graph captured at a max_model_len of
+    BOUND_SEQ_LEN launches it (its split count chosen for the bound), against the launch sized for the sequences and
+    against one split (what a launch at the bound did before each sequence was cut by its own length), bf16 and
+    K4V4, at each of BOUND_BATCHES."""
+    shape = llama_tkv()
+    cases = []
+    for batch_size in BOUND_BATCHES:
+        bench = build(shape, [1] * batch_size, [BOUND_CONTEXT] * batch_size, generator)
+        cases += [bf16_decode_case(bench, seq_len_bound=BOUND_SEQ_LEN), bf16_decode_case(bench, num_splits=1),
+                  tkv_decode_case(bench, shape, seq_len_bound=BOUND_SEQ_LEN), tkv_decode_case(bench, shape),
+                  tkv_decode_case(bench, shape, num_splits=1)]
+    return cases
+
+
 def speedup_table(speedups: list[dict[str, object]]) -> str:
     lines = ["| context | batch | bf16 ms | TKV K4V4 kernel ms | x | TKV with transforms ms | x |", "|" + "---|" * 7]
     for row in speedups:
@@ -251,6 +271,8 @@ def main() -> int:
                        help="only the K4V4 decode variants against bf16 (DECODE_ONLY_VARIANTS)")
     modes.add_argument("--prefill-only", action="store_true",
                        help="only bf16 and TKV prefill (PREFILL_CHUNKS), the default tiles and the sweep's")
+    modes.add_argument("--bound-only", action="store_true",
+                       help="only decode launched for a longer bound than its sequences (bound_cases)")
     arguments = parser.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/tkv_kernels.py needs a CUDA GPU", file=sys.stderr)
@@ -269,10 +291,11 @@ def main() -> int:
         print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}\n\n{table}")
         print(f"\nwritten to {arguments.output}")
         return 0 if all(r.correct for r in variants) else 1
-    if arguments.prefill_only:
+    if arguments.prefill_only or arguments.bound_only:
         tiles = (None, PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 64, 4))
-        results = [measure(case, flush) for case in prefill_only_cases(generator, tiles)]
-        summary["prefill"] = [asdict(r) for r in results]
+        cases = prefill_only_cases(generator, tiles) if arguments.prefill_only else bound_cases(generator)
+        results = [measure(case, flush) for case in cases]
+        summary["prefill" if arguments.prefill_only else "bound"] = [asdict(r) for r in results]
         arguments.output.write_text(json.dumps(summary, indent=2))
         print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}\n")
         print(format_table(results) + f"\n\nwritten to {arguments.output}")
