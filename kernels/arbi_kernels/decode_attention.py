@@ -8,6 +8,7 @@ one split the first kernel writes the final output directly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -157,6 +158,19 @@ def _decode_merge_kernel(
     tl.store(out_ptr + seq * stride_out_seq + head * stride_out_head + dims, merged.to(out_ptr.dtype.element_ty))
 
 
+def launch_splits(num_splits: int | None, max_seq_len: int | None, seq_lens: torch.Tensor,
+                  choose: Callable[[int], int]) -> int:
+    """A decode launch's split count: num_splits when given, else `choose(max_seq_len)`, reading the bound from
+    seq_lens (a device sync) only then; refuses a negative bound and a count outside [1, MAX_SPLITS]."""
+    if max_seq_len is not None and max_seq_len < 0:
+        raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
+    if num_splits is None:
+        num_splits = choose(int(seq_lens.max().item()) if max_seq_len is None else max_seq_len)
+    if not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
+    return num_splits
+
+
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
     """The most partitions that keep every SM at no more than PROGRAMS_PER_SM programs, none shorter than 256
     tokens. Rounded down: a batch that already has nearly that many (sequence, kv head) programs runs best
@@ -181,8 +195,9 @@ def paged_decode_attention(
 
     key_cache/value_cache: [num_blocks, block_size, Hkv, D] (the new token's K/V already written);
     block_tables: [B, max_blocks] int32; seq_lens: [B] int32 (0 gives a zero output row).
-    max_seq_len: an upper bound on seq_lens, from which the split count is chosen (each sequence's splits are cut
-    from its own length); None reads it from seq_lens (a device sync). num_splits: None picks one from the GPU's size; pass it to pin the launch shape (CUDA graphs).
+    max_seq_len: an upper bound on seq_lens, from which num_splits=None chooses the split count (each sequence's
+    splits are cut from its own length); None reads it from seq_lens, a device sync, when num_splits is None too.
+    num_splits: None picks one from the GPU's size; pass it to pin the launch shape (CUDA graphs).
     tiles: the kernel's tile shape (a tuning knob; the default suits head_dim 64 and 128).
     """
     validate_paged_attention(query, key_cache, value_cache, block_tables, seq_lens, softmax_scale)
@@ -192,14 +207,8 @@ def paged_decode_attention(
     output = torch.empty_like(query)
     if num_seqs == 0:
         return output
-    if max_seq_len is None:
-        max_seq_len = int(seq_lens.max().item())
-    if max_seq_len < 0:
-        raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
-    if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, multiprocessor_count(query.device))
-    if not 1 <= num_splits <= MAX_SPLITS:
-        raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
+    num_splits = launch_splits(num_splits, max_seq_len, seq_lens, lambda bound: choose_num_splits(
+        num_seqs, num_kv_heads, bound, multiprocessor_count(query.device)))
 
     group_size = num_heads // num_kv_heads
     single_split = num_splits == 1

@@ -37,6 +37,7 @@ from arbi_kernels.decode_attention import (
     MAX_SPLITS,
     MIN_TOKENS_PER_SPLIT,
     _decode_merge_kernel,
+    launch_splits,
     split_range,
 )
 from arbi_kernels.device import multiprocessor_count
@@ -323,7 +324,7 @@ def tkv_paged_decode_attention(
     (write_tkv_cache's result) hold row b's new token.
 
     query: q' = (H q) / s_k in float32, float16 or bfloat16; block_tables [B, max_blocks] int32; seq_lens [B]
-    int32 (0 gives a zero row and reads nothing). max_seq_len / num_splits: as paged_decode_attention (pass both
+    int32 (0 gives a zero row and reads nothing). max_seq_len / num_splits: as paged_decode_attention (pass either
     to make no host sync, e.g. under a CUDA graph), except that num_splits=None picks choose_tkv_num_splits.
     tiles: the launch shape (TkvDecodeTiles; benchmarks/tkv_kernels.py --sweep and --decode-only time others).
     compute_dtype: the dtype decoded tiles and q' enter the dots in (float16: tensor cores, float32: exact
@@ -352,14 +353,8 @@ def tkv_paged_decode_attention(
     output = float32_output("out", out, tuple(query.shape), query.device)
     if num_seqs == 0:
         return output
-    if max_seq_len is None:
-        max_seq_len = int(seq_lens.max().item())
-    if max_seq_len < 0:
-        raise ValueError(f"max_seq_len: must be >= 0, got {max_seq_len}")
-    if num_splits is None:
-        num_splits = choose_tkv_num_splits(num_seqs, num_kv_heads, max_seq_len, multiprocessor_count(query.device))
-    if not 1 <= num_splits <= MAX_SPLITS:
-        raise ValueError(f"num_splits: must be in [1, {MAX_SPLITS}], got {num_splits}")
+    num_splits = launch_splits(num_splits, max_seq_len, seq_lens, lambda bound: choose_tkv_num_splits(
+        num_seqs, num_kv_heads, bound, multiprocessor_count(query.device)))
 
     single_split = num_splits == 1
     partial_out = torch.empty(
