@@ -120,7 +120,8 @@ def bf16_decode_case(bench: TkvBench, num_splits: int | None = None, seq_len_bou
     options = {"max_seq_len": seq_len_bound or int(batch.seq_lens.max()), "num_splits": num_splits}
     tokens = int(batch.seq_lens.sum())
     return BenchCase(
-        kernel="decode bf16", shape=f"{bench.label}{bound_label(num_splits, seq_len_bound)}",
+        kernel="decode bf16",
+        shape=f"{bench.label}{bound_label(seq_len_bound)}{f' splits={num_splits}' if num_splits else ''}",
         run=lambda: paged_decode_attention(*arguments, **options),
         check=lambda: torch.testing.assert_close(paged_decode_attention(*arguments, **options),
                                                  reference.paged_decode_attention_reference(*arguments),
@@ -129,9 +130,9 @@ def bf16_decode_case(bench: TkvBench, num_splits: int | None = None, seq_len_bou
     )
 
 
-def bound_label(num_splits: int | None, seq_len_bound: int | None) -> str:
-    """What a decode case's shape says of its launch beyond the bench: a bound above its sequences, pinned splits."""
-    return (f" bound={seq_len_bound}" if seq_len_bound else "") + (f" splits={num_splits}" if num_splits else "")
+def bound_label(seq_len_bound: int | None) -> str:
+    """A decode case's label for a launch sized for a bound above its sequences."""
+    return f" bound={seq_len_bound}" if seq_len_bound else ""
 
 
 def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DEFAULT_DECODE_TILES,
@@ -165,7 +166,7 @@ def tkv_decode_case(bench: TkvBench, shape: TkvShape, tiles: TkvDecodeTiles = DE
                f"{' masked-words' if tiles.mask_words else ''}{' ptx' if tiles.ptx_nibbles else ''}"
                f"{' transposed' if tiles.transposed_dots else ''}{' folded' if tiles.folded_scales else ''}"
                f"{f' window{tiles.window_blocks}' if tiles.window_blocks > 1 else ''} splits={num_splits or 'auto'}"
-               f"{f' bound={seq_len_bound}' if seq_len_bound else ''}"),
+               f"{bound_label(seq_len_bound)}"),
         run=run, check=check, bytes_moved=tokens * tkv_token_bytes(shape),
     )
 

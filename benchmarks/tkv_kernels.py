@@ -292,10 +292,13 @@ def main() -> int:
         print(f"\nwritten to {arguments.output}")
         return 0 if all(r.correct for r in variants) else 1
     if arguments.prefill_only or arguments.bound_only:
-        tiles = (None, PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 64, 4))
-        cases = prefill_only_cases(generator, tiles) if arguments.prefill_only else bound_cases(generator)
+        if arguments.prefill_only:
+            tiles = (None, PrefillTiles(64, 64, 8), PrefillTiles(128, 64, 8), PrefillTiles(128, 64, 4))
+            part, cases = "prefill", prefill_only_cases(generator, tiles)
+        else:
+            part, cases = "bound", bound_cases(generator)
         results = [measure(case, flush) for case in cases]
-        summary["prefill" if arguments.prefill_only else "bound"] = [asdict(r) for r in results]
+        summary[part] = [asdict(r) for r in results]
         arguments.output.write_text(json.dumps(summary, indent=2))
         print(f"\n{summary['device']}  torch {torch.__version__}  triton {triton.__version__}\n")
         print(format_table(results) + f"\n\nwritten to {arguments.output}")

@@ -11,6 +11,8 @@ it is read (a new sequence starts with nothing cached, a prefix hit seeds it: `s
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.engine.step_inputs import StepInputs
 
@@ -33,15 +35,13 @@ def warm_up_steps(kv_cache: KVStorage, max_model_len: int) -> list[StepInputs]:
     slots = kv_cache.num_batch_slots  # None: the storage keeps no state per sequence
     if context < MIN_WARM_UP_BLOCKS * block_size or kv_cache.num_first_blocks < 2 or (slots is not None and slots < 2):
         return []
-    needed = -(-(context + WARM_UP_CHUNK) // block_size)
-    rest = [block for block in range(kv_cache.num_blocks) if block not in (0, 1)]
+    needed = -(-(context + WARM_UP_CHUNK) // block_size)  # at most blocks_each: both tables fit in the pool
+    rest = range(2, kv_cache.num_blocks)  # blocks 0 and 1 start the sequences (both may start one)
     tables = [[0, *rest[: needed - 1]], [1, *rest[needed - 1: 2 * (needed - 1)]]]
-    if len(tables[1]) < needed:
-        return []
 
     def step(query_lens: list[int], seq_lens: list[int]) -> StepInputs:
-        ends = [sum(query_lens[: index + 1]) - 1 for index in range(len(query_lens))]
-        return StepInputs(query_lens, seq_lens, tables[: len(query_lens)], list(range(len(query_lens))), ends, [])
+        last_rows = [end - 1 for end in accumulate(query_lens)]
+        return StepInputs(query_lens, seq_lens, tables[: len(query_lens)], list(range(len(query_lens))), last_rows, [])
 
     return [
         step([context], [context]),

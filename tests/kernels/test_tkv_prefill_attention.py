@@ -50,9 +50,9 @@ def _check(batch: TkvBatch, compute_dtype: torch.dtype, tiles: PrefillTiles = SM
     if not reads_coded_prefix(chunk_exact, max_prefix_len, batch.layer.block_size,
                               exact_window_blocks(batch.layer)):
         bounds.append(max_prefix_len)
-    for max_prefix_len in bounds:
+    for bound in bounds:
         assert_tkv_close(tkv_paged_prefill_attention(*_arguments(batch), tiles=tiles, compute_dtype=compute_dtype,
-                                                     chunk_exact=chunk_exact, max_prefix_len=max_prefix_len),
+                                                     chunk_exact=chunk_exact, max_prefix_len=bound),
                          expected, compute_dtype)
     return expected
 
