@@ -5,11 +5,12 @@
 //   query [T, H, D] (rows `token_rows` are decode queries), key_cache / value_cache [num_blocks, block_size, Hkv, D],
 //   block_tables [B, max_blocks] int32, seq_lens [B] int32, sequences [N] int64 (the decode sequences),
 //   token_rows [N] int64 (each one's query row) -> out [N, H, D]
-// For query head h (KV head h / (H / Hkv)): softmax(scale q k^T) v over the sequence's seq_len keys, in float32:
-// the scores of a KV head's query heads are kept, then the values are read once for all of them. (sequence, KV
-// head) pairs are split over torch's threads. Block ids and lengths are checked before anything is read. With AVX2 +
-// FMA (chosen at run time) a q.k dot is 8 lanes of FMA summed at the end and a value row is added by FMA; the plain
-// loops sum in order.
+// For query head h (KV head h / (H / Hkv)): softmax(scale q k^T) v over the sequence's seq_len keys, in float32.
+// (sequence, query head) pairs are split over torch's threads, each thread listing the context's row offsets once
+// per (sequence, KV head) it meets. Block ids and lengths are checked before anything is read. With AVX2 + FMA
+// (chosen at run time) a q.k dot is 8 lanes of FMA summed at the end (4 keys at a time), the softmax takes a
+// vectorised exp (within 2 ulp of expf), and the output is summed in registers, 64 dimensions at a time, by FMA in
+// key order; the plain loops sum in order.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -38,13 +39,17 @@ float dot_plain(const float* a, const float* b, int64_t dim) {
   return total;
 }
 
+__attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
+}
+
 // dim a multiple of 8.
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t dim) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t d = 0; d < dim; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
-  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
-  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
+  return horizontal_sum(acc);
 }
 
 // out += weight * v
@@ -52,13 +57,87 @@ void add_scaled_plain(float weight, const float* v, int64_t dim, float* out) {
   for (int64_t d = 0; d < dim; ++d) out[d] += weight * v[d];
 }
 
-// dim a multiple of 8.
-__attribute__((target("avx2,fma"))) void add_scaled_avx2(float weight, const float* v, int64_t dim, float* out) {
-  const __m256 w = _mm256_set1_ps(weight);
-  for (int64_t d = 0; d < dim; d += 8) {
-    _mm256_storeu_ps(out + d, _mm256_fmadd_ps(w, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + d)));
+// e^x for 8 lanes: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its Taylor polynomial of degree 6 (relative error
+// under 2e-7 there), times 2^n built in the exponent bits; x is clamped to [-87, 88] (results stay normal floats).
+__attribute__((target("avx2,fma"))) inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln 2 in two parts: the first exact in float
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 poly = _mm256_set1_ps(1.f / 720);
+  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) {
+    poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(c));
   }
+  const __m256i two_to_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(poly, _mm256_castsi256_ps(two_to_n));
 }
+
+// scores[t] = scale q.k_t for the keys at `offsets` (into `keys`), 4 keys at a time, each dot as `dot_avx2` sums it;
+// returns their maximum. dim a multiple of 8.
+__attribute__((target("avx2,fma"))) float scores_avx2(const float* q, const float* keys, const int64_t* offsets,
+                                                      int64_t length, int64_t dim, float scale, float* scores) {
+  float maximum = -std::numeric_limits<float>::infinity();
+  int64_t t = 0;
+  for (; t + 4 <= length; t += 4) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t d = 0; d < dim; d += 8) {
+      const __m256 query = _mm256_loadu_ps(q + d);
+      for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(query, _mm256_loadu_ps(keys + offsets[t + j] + d), acc[j]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      scores[t + j] = horizontal_sum(acc[j]) * scale;
+      maximum = std::max(maximum, scores[t + j]);
+    }
+  }
+  for (; t < length; ++t) {
+    scores[t] = dot_avx2(q, keys + offsets[t], dim) * scale;
+    maximum = std::max(maximum, scores[t]);
+  }
+  return maximum;
+}
+
+// scores[t] = e^(scores[t] - maximum) / their sum.
+__attribute__((target("avx2,fma"))) void softmax_avx2(float* scores, int64_t length, float maximum) {
+  const __m256 shift = _mm256_set1_ps(maximum);
+  __m256 sums = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= length; t += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + t), shift));
+    _mm256_storeu_ps(scores + t, e);
+    sums = _mm256_add_ps(sums, e);
+  }
+  float total = horizontal_sum(sums);
+  for (; t < length; ++t) {
+    scores[t] = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(scores[t] - maximum)));
+    total += scores[t];
+  }
+  const __m256 inverse = _mm256_set1_ps(1.f / total);
+  t = 0;
+  for (; t + 8 <= length; t += 8) _mm256_storeu_ps(scores + t, _mm256_mul_ps(_mm256_loadu_ps(scores + t), inverse));
+  for (; t < length; ++t) scores[t] *= 1.f / total;
+}
+
+// out[0, 8V) = sum_t weights[t] v_t[0, 8V) for the value rows at `offsets` (into `values`), in registers, by FMA in
+// key order from 0.
+template <int V>
+__attribute__((target("avx2,fma"))) void weighted_values_avx2(const float* weights, const float* values,
+                                                              const int64_t* offsets, int64_t length, float* out) {
+  __m256 acc[V];
+  for (int j = 0; j < V; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < length; ++t) {
+    const __m256 weight = _mm256_broadcast_ss(weights + t);
+    const float* v = values + offsets[t];
+    for (int j = 0; j < V; ++j) acc[j] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * j), acc[j]);
+  }
+  for (int j = 0; j < V; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
+using WeightedValues = void (*)(const float*, const float*, const int64_t*, int64_t, float*);
+constexpr WeightedValues kWeightedValues[8] = {
+    weighted_values_avx2<1>, weighted_values_avx2<2>, weighted_values_avx2<3>, weighted_values_avx2<4>,
+    weighted_values_avx2<5>, weighted_values_avx2<6>, weighted_values_avx2<7>, weighted_values_avx2<8>,
+};
 
 at::Tensor paged_decode(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                         const at::Tensor& block_tables, const at::Tensor& seq_lens, const at::Tensor& sequences,
@@ -91,8 +170,6 @@ at::Tensor paged_decode(const at::Tensor& query, const at::Tensor& key_cache, co
   const float softmax_scale = static_cast<float>(scale);
   const int64_t token_stride = kv_heads * dim, block_stride = block_size * token_stride;
   const bool vectorised = dim % 8 == 0 && has_avx2();
-  float (*const dot)(const float*, const float*, int64_t) = vectorised ? dot_avx2 : dot_plain;
-  void (*const add_scaled)(float, const float*, int64_t, float*) = vectorised ? add_scaled_avx2 : add_scaled_plain;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t sequence = sequence_ids[i];
     TORCH_CHECK(0 <= sequence && sequence < seq_lens.numel(), "paged_decode: sequence index out of range");
@@ -103,39 +180,45 @@ at::Tensor paged_decode(const at::Tensor& query, const at::Tensor& key_cache, co
       TORCH_CHECK(0 <= block && block < num_blocks, "paged_decode: block id out of range");
     }
   }
-  at::parallel_for(0, count * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, count * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
+    std::vector<int64_t> offsets;  // the context's row offsets for (listed_sequence, listed_kv_head)
+    int64_t listed_sequence = -1, listed_kv_head = -1;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / kv_heads, kv_head = item % kv_heads;
+      const int64_t i = item / heads, head = item % heads, kv_head = head / group;
       const int64_t sequence = sequence_ids[i], length = lens[sequence];
       const int32_t* table = tables + sequence * max_blocks;
-      scores.resize(static_cast<size_t>(group * length));
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t head = kv_head * group + g;
-        const float* q = q_data + rows[i] * query.stride(0) + head * query.stride(1);
-        float* head_scores = scores.data() + g * length;
-        float maximum = -std::numeric_limits<float>::infinity();
+      if (sequence != listed_sequence || kv_head != listed_kv_head) {
+        offsets.resize(static_cast<size_t>(length));
         for (int64_t t = 0; t < length; ++t) {
-          const float* k = k_data + table[t / block_size] * block_stride + (t % block_size) * token_stride +
-                           kv_head * dim;
-          head_scores[t] = dot(q, k, dim) * softmax_scale;
-          maximum = std::max(maximum, head_scores[t]);
+          offsets[t] = table[t / block_size] * block_stride + (t % block_size) * token_stride + kv_head * dim;
         }
-        float total = 0.f;
-        for (int64_t t = 0; t < length; ++t) {
-          head_scores[t] = std::exp(head_scores[t] - maximum);
-          total += head_scores[t];
-        }
-        const float inverse = 1.f / total;
-        for (int64_t t = 0; t < length; ++t) head_scores[t] *= inverse;
+        listed_sequence = sequence, listed_kv_head = kv_head;
       }
+      scores.resize(static_cast<size_t>(length));
+      const float* q = q_data + rows[i] * query.stride(0) + head * query.stride(1);
+      float* head_out = out_data + (i * heads + head) * dim;
+      if (vectorised) {
+        softmax_avx2(scores.data(), length,
+                     scores_avx2(q, k_data, offsets.data(), length, dim, softmax_scale, scores.data()));
+        for (int64_t d = 0; d < dim; d += 64) {
+          const int vectors = static_cast<int>(std::min<int64_t>(64, dim - d) / 8);
+          kWeightedValues[vectors - 1](scores.data(), v_data + d, offsets.data(), length, head_out + d);
+        }
+        continue;
+      }
+      float maximum = -std::numeric_limits<float>::infinity();
       for (int64_t t = 0; t < length; ++t) {
-        const float* v = v_data + table[t / block_size] * block_stride + (t % block_size) * token_stride +
-                         kv_head * dim;
-        for (int64_t g = 0; g < group; ++g) {
-          add_scaled(scores[g * length + t], v, dim, out_data + (i * heads + kv_head * group + g) * dim);
-        }
+        scores[t] = dot_plain(q, k_data + offsets[t], dim) * softmax_scale;
+        maximum = std::max(maximum, scores[t]);
       }
+      float total = 0.f;
+      for (int64_t t = 0; t < length; ++t) {
+        scores[t] = std::exp(scores[t] - maximum);
+        total += scores[t];
+      }
+      const float inverse = 1.f / total;
+      for (int64_t t = 0; t < length; ++t) add_scaled_plain(scores[t] * inverse, v_data + offsets[t], dim, head_out);
     }
   });
   return out;

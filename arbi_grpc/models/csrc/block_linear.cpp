@@ -4,13 +4,16 @@
 //       w_ngj = s_ng q_ngj + m_ng
 //   q8: codes int8 [N, K], scale float16 [N, K / 32]: w_ngj = s_ng q_ngj
 // (float16 is GGUF's own precision for s and m; each is widened to float32 exactly.) Every weight is decoded to
-// the float32 value `QuantizedWeight.dequantize` gives (the product rounded, then the sum: built without
-// floating-point contraction), then y_tn = sum_k w_nk x_tk.
+// the float32 value `QuantizedWeight.dequantize` gives (the product rounded, then the sum; the product of a
+// float16 scale and a code is exact in float32, so one FMA rounds the same), then y_tn = sum_k w_nk x_tk.
 // Vectorised (AVX2 + FMA + F16C when the CPU has them, else plain C++), each output is 8 lanes of FMA over the
-// columns in order, summed at the end: one row of x decodes the weight in registers, more rows decode each
-// 3 weight rows once into a per-thread float32 buffer and multiply it by blocks of up to 4 rows of x. Both
-// compute every output the same way, so a row's output does not depend on its batch. Weight rows are split over
-// torch's intra-op threads.
+// columns in the kernel's column order, summed at the end: one row of x decodes the weight in registers, more rows
+// decode each 3 weight rows once into a per-thread float32 buffer and multiply it by blocks of up to 4 rows of x.
+// Both compute every output the same way, so a row's output does not depend on its batch. The column order is the
+// natural one for q8; for q4 it is the paired order, which takes each 8 code bytes (16 columns) as their 8 low
+// nibbles (the even columns) and then their 8 high nibbles (the odd ones), so that one widening load and a mask or
+// a shift decode 8 weights: x is copied into that order once per call. Weight rows are split over torch's
+// intra-op threads.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -32,6 +35,7 @@ constexpr int64_t kGroup = 32;
 constexpr int kTokenBlock = 4;   // rows of x per register block of the batched product
 constexpr int kWeightBlock = 3;  // weight rows per register block (3 x 4 accumulators, 3 weights, 1 input)
 constexpr int kVectorRows = 4;   // weight rows decoded together for a single row of x
+constexpr int kScaleChunk = 16;  // groups whose scales (and minimums) a single row of x widens at once, per row
 // How far ahead of its reads a row's codes are prefetched: the hardware prefetcher alone left the matrix-vector
 // kernel waiting on memory (the Q8_0 logits table took 2x as long without; 1 to 4 KiB measured alike).
 constexpr int64_t kPrefetchBytes = 2048;
@@ -74,46 +78,111 @@ constexpr int64_t group_bytes() {
   return Q4 ? kGroup / 2 : kGroup;
 }
 
-// Elements [8k, 8k + 8) of the group whose codes start at `codes`, as float32: q s (+ m), each rounded.
-template <bool Q4>
-__attribute__((target("avx2,fma,f16c"))) inline __m256 decode8(const uint8_t* codes, int k, __m256 s, __m256 m) {
-  if (Q4) {
-    // A 32-bit word of codes holds 8 consecutive elements' nibbles (element 2i low, 2i + 1 high): broadcast it
-    // to every lane and shift each lane to its own nibble.
-    uint32_t word;
-    std::memcpy(&word, codes + 4 * k, sizeof word);
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts),
-                                             _mm256_set1_epi32(0x0F));
-    return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(nibbles), s), m);
-  }
+// Elements [8k, 8k + 8) of a q8 group whose codes start at `codes`, as float32: q s, each rounded.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 decode8_q8(const uint8_t* codes, int k, __m256 s) {
   const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * k));
   return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), s);
 }
 
-// One group's 32 weights into w (float32), the same values as the plain loop's.
-template <bool Q4>
-__attribute__((target("avx2,fma,f16c"))) void dequantize_group_avx2(const uint8_t* codes, float s, float m, float* w) {
-  const __m256 scale = _mm256_set1_ps(s), minimum = _mm256_set1_ps(m);
-  for (int k = 0; k < 4; ++k) _mm256_storeu_ps(w + 8 * k, decode8<Q4>(codes, k, scale, minimum));
+// The 16 elements of 8 q4 code bytes as float32, q s + m rounded once: `even` holds elements 0, 2, .., 14 (the low
+// nibbles), `odd` elements 1, 3, .., 15 (the high ones), the paired order. One FMA gives `dequantize`'s value, the
+// product rounded and then the sum, because the product is exact: a float16 scale's 11 significant bits times a
+// 4-bit code fit float32's 24.
+struct PairedWeights {
+  __m256 even, odd;
+};
+
+__attribute__((target("avx2,fma,f16c"))) inline PairedWeights decode16_q4(const uint8_t* codes, __m256 s,
+                                                                         __m256 m) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const __m256 low = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0F)));
+  const __m256 high = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes, 4));
+  return {_mm256_fmadd_ps(low, s, m), _mm256_fmadd_ps(high, s, m)};
 }
 
-// R consecutive weight rows against one row x, the codes decoded in registers.
+// One group's 32 weights into w (float32) in the kernel's column order (q4: paired), the values `dequantize` gives.
+template <bool Q4>
+__attribute__((target("avx2,fma,f16c"))) void decode_group_avx2(const uint8_t* codes, float s, float m, float* w) {
+  const __m256 scale = _mm256_set1_ps(s), minimum = _mm256_set1_ps(m);
+  if (Q4) {
+    for (int half = 0; half < 2; ++half) {
+      const PairedWeights decoded = decode16_q4(codes + 8 * half, scale, minimum);
+      _mm256_storeu_ps(w + 16 * half, decoded.even);
+      _mm256_storeu_ps(w + 16 * half + 8, decoded.odd);
+    }
+    return;
+  }
+  for (int k = 0; k < 4; ++k) _mm256_storeu_ps(w + 8 * k, decode8_q8(codes, k, scale));
+}
+
+// One group's 32 weights into w (float32) in the natural order: the paired halves interleaved back.
+template <bool Q4>
+__attribute__((target("avx2,fma,f16c"))) void dequantize_group_avx2(const uint8_t* codes, float s, float m, float* w) {
+  if (!Q4) return decode_group_avx2<false>(codes, s, m, w);
+  const __m256 scale = _mm256_set1_ps(s), minimum = _mm256_set1_ps(m);
+  for (int half = 0; half < 2; ++half) {
+    const PairedWeights decoded = decode16_q4(codes + 8 * half, scale, minimum);
+    const __m256 first = _mm256_unpacklo_ps(decoded.even, decoded.odd);  // elements 0-3 | 8-11
+    const __m256 second = _mm256_unpackhi_ps(decoded.even, decoded.odd);  // elements 4-7 | 12-15
+    _mm256_storeu_ps(w + 16 * half, _mm256_permute2f128_ps(first, second, 0x20));
+    _mm256_storeu_ps(w + 16 * half + 8, _mm256_permute2f128_ps(first, second, 0x31));
+  }
+}
+
+// x [tokens, columns] copied into the paired order of q4 (see the header).
+__attribute__((target("avx2,fma,f16c"))) void pair_columns(const float* x, int64_t tokens, int64_t columns,
+                                                           float* paired) {
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int64_t i = 0; i < tokens * columns; i += 16) {
+    const __m256 first = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), even);       // 0 2 4 6 | 1 3 5 7
+    const __m256 second = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i + 8), even);  // 8 .. 14 | 9 .. 15
+    _mm256_storeu_ps(paired + i, _mm256_permute2f128_ps(first, second, 0x20));
+    _mm256_storeu_ps(paired + i + 8, _mm256_permute2f128_ps(first, second, 0x31));
+  }
+}
+
+// n float16 values (n <= kScaleChunk) widened to float32 (exactly) into out.
+__attribute__((target("avx2,fma,f16c"))) inline void widen_halves(const at::Half* values, int n, float* out) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values + i))));
+  }
+  for (; i < n; ++i) out[i] = _cvtsh_ss(values[i].x);
+}
+
+// R consecutive weight rows against one row x (in the kernel's column order), the codes decoded in registers.
 template <bool Q4, int R>
 __attribute__((target("avx2,fma,f16c"))) void rows_vector(const uint8_t* codes, int64_t row_bytes,
                                                           const at::Half* scale, const at::Half* minimum,
                                                           const float* x, int64_t groups, float* out) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const float* group_x = x + g * kGroup;
+  float scales[R][kScaleChunk], minimums[R][kScaleChunk];
+  for (int64_t chunk = 0; chunk < groups; chunk += kScaleChunk) {
+    const int chunk_groups = static_cast<int>(std::min<int64_t>(kScaleChunk, groups - chunk));
     for (int r = 0; r < R; ++r) {
-      const uint8_t* group_codes = codes + r * row_bytes + g * group_bytes<Q4>();
-      _mm_prefetch(reinterpret_cast<const char*>(group_codes + kPrefetchBytes), _MM_HINT_T0);
-      const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[r * groups + g].x));
-      const __m256 m = Q4 ? _mm256_set1_ps(_cvtsh_ss(minimum[r * groups + g].x)) : _mm256_setzero_ps();
-      for (int k = 0; k < 4; ++k) {
-        acc[r] = _mm256_fmadd_ps(decode8<Q4>(group_codes, k, s, m), _mm256_loadu_ps(group_x + 8 * k), acc[r]);
+      widen_halves(scale + r * groups + chunk, chunk_groups, scales[r]);
+      if (Q4) widen_halves(minimum + r * groups + chunk, chunk_groups, minimums[r]);
+    }
+    for (int i = 0; i < chunk_groups; ++i) {
+      const int64_t g = chunk + i;
+      const float* group_x = x + g * kGroup;
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* group_codes = codes + r * row_bytes + g * group_bytes<Q4>();
+        _mm_prefetch(reinterpret_cast<const char*>(group_codes + kPrefetchBytes), _MM_HINT_T0);
+        const __m256 s = _mm256_broadcast_ss(&scales[r][i]);
+        if (Q4) {
+          const __m256 m = _mm256_broadcast_ss(&minimums[r][i]);
+          for (int half = 0; half < 2; ++half) {
+            const PairedWeights decoded = decode16_q4(group_codes + 8 * half, s, m);
+            acc[r] = _mm256_fmadd_ps(decoded.even, _mm256_loadu_ps(group_x + 16 * half), acc[r]);
+            acc[r] = _mm256_fmadd_ps(decoded.odd, _mm256_loadu_ps(group_x + 16 * half + 8), acc[r]);
+          }
+        } else {
+          for (int k = 0; k < 4; ++k) {
+            acc[r] = _mm256_fmadd_ps(decode8_q8(group_codes, k, s), _mm256_loadu_ps(group_x + 8 * k), acc[r]);
+          }
+        }
       }
     }
   }
@@ -149,8 +218,8 @@ constexpr BlockProduct kBlockProducts[kWeightBlock][kTokenBlock] = {
     {block_product<3, 1>, block_product<3, 2>, block_product<3, 3>, block_product<3, 4>},
 };
 
-// Weight rows [0, rows) against `tokens` rows of x (out [tokens, out_stride] from its column 0): one row of x
-// through `rows_vector`, more through the decoded buffer and `block_product`.
+// Weight rows [0, rows) against `tokens` rows of x in the kernel's column order (out [tokens, out_stride] from its
+// column 0): one row of x through `rows_vector`, more through the decoded buffer and `block_product`.
 template <bool Q4>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(int64_t rows, int64_t tokens, const uint8_t* codes,
                                                         int64_t row_bytes, const at::Half* scale,
@@ -180,8 +249,8 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(int64_t rows, int64_t to
         const uint8_t* group_codes = row_codes + g * group_bytes<Q4>();
         _mm_prefetch(reinterpret_cast<const char*>(group_codes + kPrefetchBytes), _MM_HINT_T0);
         const int64_t i = (n + r) * groups + g;
-        dequantize_group_avx2<Q4>(group_codes, _cvtsh_ss(scale[i].x), Q4 ? _cvtsh_ss(minimum[i].x) : 0.f,
-                                  decoded.data() + r * columns + g * kGroup);
+        decode_group_avx2<Q4>(group_codes, _cvtsh_ss(scale[i].x), Q4 ? _cvtsh_ss(minimum[i].x) : 0.f,
+                              decoded.data() + r * columns + g * kGroup);
       }
     }
     for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
@@ -222,10 +291,16 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::
   float* out_data = out.data_ptr<float>();
   const int64_t row_bytes = Q4 ? columns / 2 : columns;
   const bool use_avx2 = vectorised && has_avx2();
+  std::vector<float> paired;
+  if (Q4 && use_avx2) {
+    paired.resize(tokens * columns);
+    pair_columns(inputs, tokens, columns, paired.data());
+  }
+  const float* kernel_inputs = paired.empty() ? inputs : paired.data();
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     if (use_avx2) {
       rows_avx2<Q4>(end - begin, tokens, code_data + begin * row_bytes, row_bytes, scale_data + begin * groups,
-                    Q4 ? min_data + begin * groups : nullptr, inputs, groups, out_data + begin, rows);
+                    Q4 ? min_data + begin * groups : nullptr, kernel_inputs, groups, out_data + begin, rows);
       return;
     }
     for (int64_t n = begin; n < end; ++n) {
@@ -236,8 +311,7 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::
   return out;
 }
 
-// w [N, K] float32, as `QuantizedWeight.dequantize` computes it (the product rounded, then the sum: built
-// without floating-point contraction).
+// w [N, K] float32, as `QuantizedWeight.dequantize` computes it (the product rounded, then the sum).
 at::Tensor dequantize(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& minimum, bool q4,
                       bool vectorised) {
   const int64_t rows = scale.size(0), groups = scale.size(1), columns = groups * kGroup;
