@@ -197,8 +197,14 @@ class LongContextRow:
     kv_cache: str
     batch: int
     context: int
+    round: int  # fresh prompts each round; round 0 is the engine's first run at this context
     decode_tokens_per_s: float
     kv_capacity_tokens: int
+
+    @property
+    def fits(self) -> bool:
+        """Whether the pool holds every sequence at once (else some wait, and the rate is not the batch's)."""
+        return self.kv_capacity_tokens >= self.batch * self.context
 
 
 def bench_long_context(shape: str, config: ModelConfig, args: argparse.Namespace) -> list[LongContextRow]:
@@ -222,13 +228,16 @@ def bench_long_context(shape: str, config: ModelConfig, args: argparse.Namespace
         engine = start_engine(model, config, engine_config, calibration if tkv else None)
         try:
             for context in args.long_contexts:
-                prompts = random_prompts(args.long_batch, context, config.vocab_size, seed=context)
-                done = generate(engine, requests_for(prompts, args.long_new_tokens, f"{kv_cache_dtype}{context}"))
-                decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
-                label = f"tkv K{args.kv_bits}" if tkv else "bf16"
-                rows.append(LongContextRow(shape, label, args.long_batch, context,
-                                           args.long_batch * (args.long_new_tokens - 1) / decode_span, capacity))
-                print(rows[-1], flush=True)
+                for round_index in range(args.long_rounds):
+                    prompts = random_prompts(args.long_batch, context, config.vocab_size,
+                                             seed=context * 1000 + round_index)
+                    done = generate(engine, requests_for(prompts, args.long_new_tokens,
+                                                         f"{kv_cache_dtype}{context}r{round_index}"))
+                    decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
+                    label = f"tkv K{args.kv_bits}" if tkv else "bf16"
+                    rows.append(LongContextRow(shape, label, args.long_batch, context, round_index,
+                                               args.long_batch * (args.long_new_tokens - 1) / decode_span, capacity))
+                    print(rows[-1], flush=True)
         finally:
             engine.shutdown()
             del engine
@@ -352,6 +361,7 @@ def main() -> None:
     parser.add_argument("--long-shape", default="llama3.1-8b", help="model shape of the long-context rows")
     parser.add_argument("--long-batch", type=int, default=8)
     parser.add_argument("--long-new-tokens", type=int, default=64)
+    parser.add_argument("--long-rounds", type=int, default=1, help="runs of each long context, fresh prompts each")
     parser.add_argument("--kv-bits", default="4", help="TKV bits of the long-context rows (uniform calibration)")
     parser.add_argument("--skip-short", action="store_true", help="only the long-context rows")
     parser.add_argument("--out", type=Path, default=Path("build/gpu_decode.json"))
@@ -386,8 +396,9 @@ def main() -> None:
         print(f"{step.shape}: decode graph batch {step.batch} at {step.context} tokens: {step.step_ms:.2f} ms "
               f"(floor {step.floor_ms:.2f} ms, {step.floor_ms / step.step_ms:.2f} of floor)")
     for row in long_rows:
-        print(f"{row.shape}: {row.kv_cache:<8} batch {row.batch} at {row.context} tokens: decode "
-              f"{row.decode_tokens_per_s:.0f} tok/s; the KV pool holds {row.kv_capacity_tokens:,} tokens")
+        fits = "" if row.fits else " (not all at once: some sequences waited)"
+        print(f"{row.shape}: {row.kv_cache:<8} batch {row.batch} at {row.context} tokens, round {row.round}: decode "
+              f"{row.decode_tokens_per_s:.0f} tok/s; the KV pool holds {row.kv_capacity_tokens:,} tokens{fits}")
     for shape, seconds in ttft.items():
         print(f"{shape}: TTFT {args.ttft_prompt_len}-token prompt {seconds * 1e3:.1f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -397,7 +408,7 @@ def main() -> None:
         "python": platform.python_version(), "torch": torch.__version__,
         "copy_bandwidth_bytes_per_s": bandwidth, "rows": [asdict(row) for row in rows],
         "graph_steps": [asdict(step) for step in graph_steps],
-        "long_context": [asdict(row) for row in long_rows],
+        "long_context": [asdict(row) | {"fits": row.fits} for row in long_rows],
         "ttft_s": ttft,
     }, indent=2))
 

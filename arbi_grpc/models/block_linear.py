@@ -38,6 +38,7 @@ class BlockLinear(nn.Module):
         self.register_buffer("minimum", None if weight.minimum is None else _float16(weight.minimum, "minimum"))
         self.register_buffer("bias", bias)
         self.kernels = load_cpu_extension(_SOURCE)
+        self._q4_linear, self._q8_linear = self.kernels.q4_linear.default, self.kernels.q8_linear.default
         self.chunk_rows = dequantize_chunk_rows(self.out_features, weight.shape[1])
 
     def dequantize(self, vectorised: bool = True, rows: slice = slice(None)) -> Tensor:
@@ -56,17 +57,21 @@ class BlockLinear(nn.Module):
         return self.kernels.q8_dequantize(codes, scale, True)
 
     def forward(self, states: Tensor) -> Tensor:
+        # The buffers are read from their dict at once: a decode step makes over a hundred of these calls, and
+        # each attribute lookup of a buffer goes through nn.Module.__getattr__.
+        buffers = self._buffers
         widened = states.dtype != torch.float32
         inputs = states.float().contiguous() if widened else states.contiguous()
         if inputs.shape[0] > SMALL_BATCH:
             out = self._chunked_product(inputs)
         elif self.kind == "q4":
-            out = self.kernels.q4_linear(inputs, self.codes, self.scale, self.minimum, True)
+            out = self._q4_linear(inputs, buffers["codes"], buffers["scale"], buffers["minimum"], True)
         else:
-            out = self.kernels.q8_linear(inputs, self.codes, self.scale, True)
+            out = self._q8_linear(inputs, buffers["codes"], buffers["scale"], True)
         if widened:
             out = out.to(states.dtype)
-        return out if self.bias is None else out.add_(self.bias)
+        bias = buffers["bias"]
+        return out if bias is None else out.add_(bias)
 
     def _chunked_product(self, inputs: Tensor) -> Tensor:
         """inputs @ w.T through dequantized chunks of `chunk_rows` of w's rows (one chunk holds all of most
