@@ -197,6 +197,7 @@ class LongContextRow:
     kv_cache: str
     batch: int
     context: int
+    new_tokens: int
     round: int  # fresh prompts each round; round 0 is the engine's first run at this context
     decode_tokens_per_s: float
     kv_capacity_tokens: int
@@ -204,7 +205,7 @@ class LongContextRow:
     @property
     def fits(self) -> bool:
         """Whether the pool holds every sequence at once (else some wait, and the rate is not the batch's)."""
-        return self.kv_capacity_tokens >= self.batch * self.context
+        return self.kv_capacity_tokens >= self.batch * (self.context + self.new_tokens)
 
 
 def bench_long_context(shape: str, config: ModelConfig, args: argparse.Namespace) -> list[LongContextRow]:
@@ -227,6 +228,7 @@ def bench_long_context(shape: str, config: ModelConfig, args: argparse.Namespace
         capacity = plan_kv_pool(engine_config, config, calibration if tkv else None).capacity_tokens
         engine = start_engine(model, config, engine_config, calibration if tkv else None)
         try:
+            label = f"tkv K{args.kv_bits}" if tkv else "bf16"
             for context in args.long_contexts:
                 for round_index in range(args.long_rounds):
                     prompts = random_prompts(args.long_batch, context, config.vocab_size,
@@ -234,9 +236,9 @@ def bench_long_context(shape: str, config: ModelConfig, args: argparse.Namespace
                     done = generate(engine, requests_for(prompts, args.long_new_tokens,
                                                          f"{kv_cache_dtype}{context}r{round_index}"))
                     decode_span = max(r.finished_s for r in done) - max(r.first_token_s for r in done)
-                    label = f"tkv K{args.kv_bits}" if tkv else "bf16"
-                    rows.append(LongContextRow(shape, label, args.long_batch, context, round_index,
-                                               args.long_batch * (args.long_new_tokens - 1) / decode_span, capacity))
+                    rows.append(LongContextRow(shape, label, args.long_batch, context, args.long_new_tokens,
+                                               round_index, args.long_batch * (args.long_new_tokens - 1) / decode_span,
+                                               capacity))
                     print(rows[-1], flush=True)
         finally:
             engine.shutdown()

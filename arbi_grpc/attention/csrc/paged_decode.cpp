@@ -112,10 +112,12 @@ __attribute__((target("avx2,fma"))) void softmax_avx2(float* scores, int64_t len
     scores[t] = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(scores[t] - maximum)));
     total += scores[t];
   }
-  const __m256 inverse = _mm256_set1_ps(1.f / total);
+  const float inverse = 1.f / total;
   t = 0;
-  for (; t + 8 <= length; t += 8) _mm256_storeu_ps(scores + t, _mm256_mul_ps(_mm256_loadu_ps(scores + t), inverse));
-  for (; t < length; ++t) scores[t] *= 1.f / total;
+  for (; t + 8 <= length; t += 8) {
+    _mm256_storeu_ps(scores + t, _mm256_mul_ps(_mm256_loadu_ps(scores + t), _mm256_set1_ps(inverse)));
+  }
+  for (; t < length; ++t) scores[t] *= inverse;
 }
 
 // out[0, 8V) = sum_t weights[t] v_t[0, 8V) for the value rows at `offsets` (into `values`), in registers, by FMA in
