@@ -1,12 +1,19 @@
-"""How many CPU threads torch uses in each rank of a tensor-parallel model."""
+"""How many CPU threads torch uses in each rank of a tensor-parallel model, and which thread's OpenMP team runs them."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import logging
 import os
+from pathlib import Path
 
 import torch
 
 from arbi_grpc.config import EngineConfig
+
+log = logging.getLogger(__name__)
+OMP_PAUSE_SOFT = 1  # omp_pause_resource_t: the threads end, the runtime stays initialised
 
 
 def set_rank_threads(config: EngineConfig, world_size: int) -> None:
@@ -16,3 +23,33 @@ def set_rank_threads(config: EngineConfig, world_size: int) -> None:
         torch.set_num_threads(config.torch_threads)
     elif config.device == "cpu" and world_size > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+
+
+def release_openmp_workers() -> bool:
+    """Ends the OpenMP worker threads that this thread's own parallel work started (loading a model does), so that
+    the engine thread's team is the only one left; returns whether it did (False where torch's OpenMP runtime is not
+    libgomp, or it refused). libgomp counts the workers of every thread's team, and once they outnumber the cores
+    each one sleeps almost at once after a parallel region instead of spinning for the next: a CPU decode step,
+    hundreds of short regions, then waits on a thread wake-up at each (SmolLM2 on two cores, 2026-12-04: a step of
+    16 ms on the engine thread with the loading thread's team alive, 9 ms once it ended, as on the loading thread).
+    Call it on the thread that did the work, outside any parallel region; a later parallel op there starts a new
+    team."""
+    pause = _omp_pause_resource_all()
+    if pause is None:
+        return False
+    released = pause(OMP_PAUSE_SOFT) == 0
+    if not released:
+        log.warning("OpenMP refused to end this thread's workers; CPU steps may wait on thread wake-ups")
+    return released
+
+
+@functools.cache
+def _omp_pause_resource_all():
+    """libgomp's omp_pause_resource_all, from the copy this process loaded (torch's), or None."""
+    for line in Path("/proc/self/maps").read_text().splitlines() if Path("/proc/self/maps").is_file() else ():
+        path = line.split()[-1]
+        if "/libgomp" in path and ".so" in path:
+            function = ctypes.CDLL(path).omp_pause_resource_all
+            function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
+            return function
+    return None
