@@ -1,12 +1,15 @@
 """arbi-serve against llama.cpp's `llama-server` on the CPU, the same GGUF served by both (default: the embedded
 SmolLM2-135M-Instruct.Q4_1.gguf), measured in one run on one machine.
 
-Both get the same 20 short chat prompts, `--tokens` greedy tokens each (ignore_eos), streamed over their
-OpenAI route /v1/chat/completions (arbi-serve through its gateway, defaults but `--cpu-weights int4`, plus
-`--arbi-flags`, e.g. "--cpu-activations int8"), at each `--concurrency`;
-reported: output tok/s, TTFT p50, the servers' resident memory (RSS after the runs: arbi-serve's server and its
-gateway, both needed to answer the OpenAI route that llama-server answers alone) and the ratios arbi-serve /
-llama-server, the memory's over arbi-serve's two processes together. Prints a table and writes JSON to --out:
+Both servers run side by side (the idle one takes no CPU) and get the same 20 short chat prompts, `--tokens`
+greedy tokens each (ignore_eos), streamed over their OpenAI route /v1/chat/completions (arbi-serve through its
+gateway, defaults but `--cpu-weights int4`, plus `--arbi-flags`, e.g. "--cpu-activations int8"), at each
+`--concurrency`, in `--rounds` rounds: each round runs every concurrency on both servers in turn (which goes first
+alternates), its prompts tagged with the round's number at their start, so no round hits either server's prompt
+cache of an earlier one. Reported: each cell's median over the rounds of output tok/s and TTFT p50 (every round in
+the JSON), the servers' resident memory (RSS after the runs: arbi-serve's server and its gateway, both needed to
+answer the OpenAI route that llama-server answers alone) and the ratios arbi-serve / llama-server of the medians,
+the memory's over arbi-serve's two processes together. Prints a table and writes JSON to --out:
 
     python -m benchmarks.cpu_vs_llama_cpp --out bench-results/cpu_vs_llama_cpp.json
 
@@ -28,7 +31,7 @@ CRLF line ends kept), cut into llama-perplexity's chunks of `--perplexity-ctx` t
 the model adds one), each sent as a token-id prompt and scored on its second half (tokens n_ctx/2 + 1 to n_ctx - 1,
 given all before them), llama-perplexity's rule. Reported: both perplexities, their ratio with the standard error
 of the paired per-window loss difference, and whether arbi-serve's own tokenization of the text equals llama.cpp's.
-llama-server is measured first, as its tokens are the ones scored. `llama-perplexity` is found at
+`llama-perplexity` is found at
 --llama-perplexity, $LLAMA_PERPLEXITY or in the build cache, and `--build` builds it there too (a minute once
 llama-server is built: `cmake --build build -j2 --target llama-perplexity`):
 
@@ -55,6 +58,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -204,24 +208,48 @@ def stream_chat(port: int, model: str, prompt: str, tokens: int) -> tuple[float,
     return (first if first is not None else time.perf_counter() - start), completion_tokens
 
 
-def measure(port: int, model: str, concurrency: int, tokens: int) -> dict[str, float]:
+def measure(port: int, model: str, prompts: list[str], concurrency: int, tokens: int) -> dict[str, float]:
     stream_chat(port, model, PROMPTS[0], 8)  # warm
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda prompt: stream_chat(port, model, prompt, tokens), PROMPTS))
+        results = list(pool.map(lambda prompt: stream_chat(port, model, prompt, tokens), prompts))
     elapsed = time.perf_counter() - start
     generated = sum(count for _, count in results)
     return {"tok_s": generated / elapsed, "ttft_p50_ms": 1e3 * statistics.median(t for t, _ in results),
             "completion_tokens": generated}
 
 
-def run_system(name: str, port: int, model: str, pids: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    result: dict[str, Any] = {"system": name}
-    for concurrency in args.concurrency:
-        result[f"c{concurrency}"] = measure(port, model, concurrency, args.tokens)
-        print(f"  {name} c={concurrency}: {result[f'c{concurrency}']}", flush=True)
-    result["rss_mib"] = [rss_mib(pid) for pid in pids]
-    return result
+@dataclass
+class Server:
+    """One system under test: its name, the gateway or server port, the model name its route takes, its pids."""
+
+    name: str
+    port: int
+    model: str
+    pids: list[int]
+
+
+def run_rounds(servers: list[Server], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each server's results: per concurrency its rounds and their medians, then its RSS after all of them."""
+    rounds: dict[str, dict[int, list[dict[str, float]]]] = {
+        server.name: {c: [] for c in args.concurrency} for server in servers}
+    for number in range(args.rounds):
+        prompts = [f"({number + 1}) {prompt}" for prompt in PROMPTS]
+        for concurrency in args.concurrency:
+            for server in servers if number % 2 == 0 else servers[::-1]:
+                measured = measure(server.port, server.model, prompts, concurrency, args.tokens)
+                rounds[server.name][concurrency].append(measured)
+                print(f"  round {number + 1} {server.name} c={concurrency}: {measured}", flush=True)
+    results = []
+    for server in servers:
+        result: dict[str, Any] = {"system": server.name}
+        for concurrency, measured in rounds[server.name].items():
+            result[f"c{concurrency}"] = {
+                "tok_s": statistics.median(m["tok_s"] for m in measured),
+                "ttft_p50_ms": statistics.median(m["ttft_p50_ms"] for m in measured), "rounds": measured}
+        result["rss_mib"] = [rss_mib(pid) for pid in server.pids]
+        results.append(result)
+    return results
 
 
 def wikitext_text(path: Path) -> str:
@@ -359,6 +387,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--arbi-flags", default="", help="more flags of `arbi-serve serve`, one string")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every concurrency on both servers")
     parser.add_argument("--perplexity-windows", type=int, default=16,
                         help="wikitext-2 windows scored by both (0: no perplexity; otherwise at least 2)")
     parser.add_argument("--perplexity-ctx", type=int, default=512, help="tokens per perplexity window")
@@ -380,24 +409,23 @@ def main(argv: list[str] | None = None) -> int:
     text = wikitext_text(args.wikitext)
     results, windows, llama_tokens = [], [], []
     with tempfile.TemporaryDirectory(prefix="arbi-bench-llama-") as scratch:
-        # llama-server first: its tokens are the ones both sides score.
         with llama_server(server_binary, gguf, max(args.concurrency), args.threads, Path(scratch, "llama.log")
-                          ) as (pid, port):
+                          ) as (pid, llama_port), \
+                arbi_gateway(str(args.gguf or ""), args.torch_threads, shlex.split(args.arbi_flags), Path(scratch)
+                             ) as (pids, arbi_port):
             if not args.perplexity_only:
-                results.append(run_system("llama-server", port, "", [pid], args))
-            if args.perplexity_windows:
-                llama_tokens = llama_tokenize(port, text, add_special=True)
+                results = run_rounds([Server("arbi-serve", arbi_port, model_name, pids),
+                                      Server("llama-server", llama_port, "", [pid])], args)
+            if args.perplexity_windows:  # llama-server's tokens are the ones both sides score
+                llama_tokens = llama_tokenize(llama_port, text, add_special=True)
                 windows = perplexity_windows(llama_tokens, args.perplexity_ctx, args.perplexity_windows,
-                                             llama_bos(port))
-        with arbi_gateway(str(args.gguf or ""), args.torch_threads, shlex.split(args.arbi_flags), Path(scratch)
-                          ) as (pids, port):
-            if not args.perplexity_only:
-                results.insert(0, run_system("arbi-serve", port, model_name, pids, args))
-            arbi_losses = [arbi_window_loss(port, model_name, window) for window in windows]
+                                             llama_bos(llama_port))
+            arbi_losses = [arbi_window_loss(arbi_port, model_name, window) for window in windows]
     payload = {"date": date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} cores",
                "gguf": str(gguf), "llama_server": str(server_binary), "arbi_flags": args.arbi_flags,
-               "tokens": args.tokens, "prompts": len(PROMPTS), "results": results}
+               "tokens": args.tokens, "prompts": len(PROMPTS), "rounds": args.rounds, "results": results}
     if results:
+        print(f"medians of {args.rounds} rounds")
         print_table(results, args.concurrency)
     if windows:
         llama_losses = llama_window_losses(perplexity_binary, gguf, args.wikitext, args.perplexity_ctx,
