@@ -10,9 +10,9 @@ us/call" column). A call that cannot be captured (a host sync) falls back to tri
 caches are filled by the TKV write kernel from random model-space K/V with random calibration transforms, over
 the same block tables as the bf16 caches. --sweep adds TKV decode tile shapes (block_n, warps, pipeline stages,
 register prefetch) at 32k context, batch 8 and 32, and split counts at batch 1 and 32. --decode-only times just
-the K4V4 decode kernel at 32k context (batch 32, 8 and 1) against bf16: the default next to other split counts, the
-kernel before its register cap, register prefetch, the folded-scale kernel (tkv_folded_decode.py) and the exact
-window in one tile, in about a minute.
+the K4V4 decode kernel at 32k context (batch 32, 8 and 1) and 2,300 tokens (batch 64 and 91) against bf16: the
+default next to other split counts, the former default (96 registers), the kernel before its register cap, register
+prefetch, the folded-scale kernel (tkv_folded_decode.py) and the exact window in one tile, in about a minute.
 --prefill-only times bf16 and TKV prefill (both rules of what a chunk reads exact) of 4 x 2,048-token prompts and
 of 512-token chunks after 1,536 cached tokens, at several tile shapes. --bound-only times decode of 2,300-token
 sequences launched for a 32k bound (a decode graph's max_model_len) against launches sized for them and one split.
@@ -190,22 +190,23 @@ def sweep_cases(generator: torch.Generator) -> list[BenchCase]:
 
 
 UNCAPPED_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, max_registers=None)  # the default before 2026-12-02
-PREFETCH_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, num_stages=1, prefetch=True, max_registers=128)
+FIVE_PER_SM_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, max_registers=96)  # the default before 2026-12-04
+PREFETCH_DECODE_TILES = dataclasses.replace(DEFAULT_DECODE_TILES, num_stages=1, prefetch=True)
 FOLDED_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, folded_scales=True, max_registers=128)
 DECODE_ONLY_VARIANTS: dict[tuple[int, int], tuple[tuple[TkvDecodeTiles, int | None], ...]] = {
-    # (batch, context): (tiles, num_splits). auto: choose_tkv_num_splits (at 32k 5 at batch 32, 10 at 8, 82 at 1; at
-    # 2,300 tokens 1 at batch 64, 3 at 91); the kernels that fit four programs per SM at the splits that fill two
-    # waves of them; the former split rule's counts (20 at batch 8, 128 at 1, 2 and 1 at 2,300 tokens)
-    (32, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4), (DEFAULT_DECODE_TILES, 10),
-         (UNCAPPED_DECODE_TILES, 4), (PREFETCH_DECODE_TILES, 4), (FOLDED_DECODE_TILES, 4),
-         (dataclasses.replace(FOLDED_DECODE_TILES, max_registers=96), None),
-         (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
-    (8, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 20), (DEFAULT_DECODE_TILES, 16),
+    # (batch, context): (tiles, num_splits). auto: choose_tkv_num_splits (at 32k 2 at batch 32, 8 at 8, 64 at 1; at
+    # 2,300 tokens 1 at batch 64, 2 at 91); other counts; the former default (96 registers, five programs per SM) at
+    # the counts the rule chose for it (5, 10, 82; 1 and 3 at 2,300 tokens)
+    (32, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 4), (FIVE_PER_SM_DECODE_TILES, 5),
+                  (UNCAPPED_DECODE_TILES, 4), (PREFETCH_DECODE_TILES, 4), (FOLDED_DECODE_TILES, 4),
+                  (dataclasses.replace(DEFAULT_DECODE_TILES, window_blocks=4), None)),
+    (8, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 16), (FIVE_PER_SM_DECODE_TILES, 10),
                  (UNCAPPED_DECODE_TILES, 16), (FOLDED_DECODE_TILES, 16)),
-    (1, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 128), (UNCAPPED_DECODE_TILES, 128),
-                 (FOLDED_DECODE_TILES, 128)),
-    (64, 2300): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 2)),
-    (91, 2300): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 1)),
+    (1, 32768): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 128), (FIVE_PER_SM_DECODE_TILES, 82),
+                 (FOLDED_DECODE_TILES, 64)),
+    (64, 2300): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 2), (FIVE_PER_SM_DECODE_TILES, 1)),
+    (91, 2300): ((DEFAULT_DECODE_TILES, None), (DEFAULT_DECODE_TILES, 1), (DEFAULT_DECODE_TILES, 4),
+                 (FIVE_PER_SM_DECODE_TILES, 3)),
 }
 
 

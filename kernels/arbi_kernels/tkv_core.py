@@ -136,6 +136,33 @@ def in_natural_order(rows, HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
+def operand_channels(HEAD_DIM: tl.constexpr):
+    """[D] the channel each position of a tile in operand_order holds: q' is loaded and the output stored at these
+    channels when the tiles enter the MMAs in that order."""
+    positions = tl.arange(0, HEAD_DIM)
+    if HEAD_DIM >= 32:
+        word = (positions // 2) % 4 * (HEAD_DIM // 32) + positions // 32  # t * D/32 + word in t
+        within = (positions // 16) % 2 * 2 + (positions // 8) % 2 + 4 * (positions % 2)  # r + 4e
+        return 8 * word + within
+    return code_channels(HEAD_DIM)
+
+
+@triton.jit
+def operand_order(rows):
+    """Rows [N, D] in code_channels order, rearranged in registers so that each thread's share of a 16-bit
+    tensor-core A operand (rows x channels; a thread holds channels 16j + 8h + 2t + e of its rows, t its lane
+    mod 4) is the 8 codes of each of D/32 whole words, words D/32 * t to D/32 * (t + 1): a key tile decoded from
+    its words (the lane holding its words) enters the score MMA without a round trip through shared memory, and a
+    value tile is stored for its MMA by stmatrix. The channel order is not the tiles' concern: q', every tile of a
+    kernel and its output take the same one (operand_channels). D < 32 keeps code_channels order."""
+    HEAD_DIM: tl.constexpr = rows.shape[1]
+    if HEAD_DIM >= 32:
+        words = tl.reshape(rows, [rows.shape[0], 4, HEAD_DIM // 32, 2, 2, 2])  # [N, t, word in t, r_hi, r_lo, e]
+        rows = tl.reshape(tl.permute(words, (0, 2, 3, 4, 1, 5)), [rows.shape[0], HEAD_DIM])
+    return rows
+
+
+@triton.jit
 def load_coded_vectors(codes_ptr, metadata_ptr, blocks, offsets, kv_head, num_kv_heads, valid, BITS: tl.constexpr,
                        HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr,
                        MASK_WORDS: tl.constexpr = True):
@@ -156,47 +183,40 @@ def load_coded_vectors(codes_ptr, metadata_ptr, blocks, offsets, kv_head, num_kv
     return words, scale, zero
 
 
-def _nibble_word_ptx(biased: bool) -> str:
-    """The inline PTX of NIBBLE_WORD_PTX: per output register r, shift the word by 4 * r, mask two codes and give
-    them an exponent in one lop3, then (unless `biased`) remove the exponent's 1024 in one packed subtraction."""
-    lines = ["{", "    .reg .b32 mask, bias, half;", "    mov.b32 mask, 0x000F000F;", "    mov.b32 bias, 0x64006400;"]
-    for register in range(4):
-        if register:
-            lines.append(f"    shr.u32 half, $4, {4 * register};")
-        source = "half" if register else "$4"
-        if biased:
-            lines.append(f"    lop3.b32 ${register}, {source}, mask, bias, 0xEA;")
-        else:
-            lines.append(f"    lop3.b32 half, {source}, mask, bias, 0xEA;")
-            lines.append(f"    sub.rn.f16x2 ${register}, half, bias;")
+def _nibble_pair_ptx(biased: bool) -> str:
+    """The inline PTX of NIBBLE_PAIR_PTX (BIASED_NIBBLE_PAIR_PTX where `biased`)."""
+    lines = ["{", "    .reg .b32 mask, bias, pair;", "    mov.b32 mask, 0x000F000F;", "    mov.b32 bias, 0x64006400;"]
+    if biased:
+        lines.append("    lop3.b32 $0, $1, mask, bias, 0xEA;")
+    else:
+        lines += ["    lop3.b32 pair, $1, mask, bias, 0xEA;", "    sub.rn.f16x2 $0, pair, bias;"]
     return "\n".join([*lines, "}"])
 
 
-NIBBLE_WORD_PTX = tl.constexpr(_nibble_word_ptx(biased=False))
-"""One 4-bit word (int32 $4; $5..$11 are copies) to its 8 codes as float16, two per output register: register r
-holds codes r and r + 4, 16 bits apart, so one lop3 ((w >> 4r) & 0x000F000F) | 0x64006400 masks both and gives them
-the exponent of 1024, one packed subtraction removes the 1024. Output element 2r + e is code r + 4e: the
-code_channels order."""
+NIBBLE_PAIR_PTX = tl.constexpr(_nibble_pair_ptx(biased=False))
+"""An int32 whose bits 0-3 and 16-19 are two codes to those codes as two float16 in one int32 (the first in the low
+half): one lop3 (x & 0x000F000F) | 0x64006400 masks both and gives them the exponent of 1024, one packed subtraction
+removes the 1024."""
 
-BIASED_NIBBLE_WORD_PTX = tl.constexpr(_nibble_word_ptx(biased=True))
-"""NIBBLE_WORD_PTX without the subtraction: each code c comes out as the float16 1024 + c (exact)."""
+BIASED_NIBBLE_PAIR_PTX = tl.constexpr(_nibble_pair_ptx(biased=True))
+"""NIBBLE_PAIR_PTX without the subtraction: each code c comes out as the float16 1024 + c (exact)."""
 
 
 @triton.jit
 def nibble_words_as_halves(words, HEAD_DIM: tl.constexpr, BIASED: tl.constexpr = False):
     """[N, D/8] int32 4-bit words -> float16 codes [N, D] in code_channels order, by inline PTX (compiled kernels
-    only, not the interpreter): per 8 codes 3 shifts, 4 lop3 and 4 packed subtractions, about half of what
-    unpack_words plus codes_as_floats take (sm_90 SASS). One word per asm gives each thread 16 contiguous bytes of a
-    decoded row (32 with two words per asm from int64 pairs, as before 2026-12-03, which took the default decode tile
-    0.84 ms where this takes 0.81: H200, K4V4, batch 32, 32k). Correct only while inline_asm_elementwise hands one asm the 8 elements of one thread's
-    [2, 2, 2] join in register order: true of the layouts Triton 3.6 picks for every tile bench_tkv times (checked
-    in their TTGIR), not of all, so tests/gpu compare this path against the reference. BIASED: codes c as
-    1024 + c, without the subtractions."""
-    copies = tl.join(words, words)
-    copies = tl.join(copies, copies)
-    copies = tl.join(copies, copies)  # [N, D/8, 2, 2, 2]: the word once per code, in one thread's registers
-    codes = tl.inline_asm_elementwise(BIASED_NIBBLE_WORD_PTX if BIASED else NIBBLE_WORD_PTX, "=r,=r,=r,=r" + ",r" * 8,
-                                      [copies], dtype=tl.float16, is_pure=True, pack=8)
+    only, not the interpreter): per 8 codes 3 shifts (codes r and r + 4 at bits 0 and 16 of w >> 4r), 4 lop3 and 4
+    packed subtractions (NIBBLE_PAIR_PTX), each asm on one element, whose two halves are then split into two
+    elements. So each element is computed from its own input alone, whatever register layout Triton gives the tile
+    (an asm that read one word per 8 outputs was wrong once a key tile took the layout of its MMA operand, whose
+    registers interleave two rows), and where the two halves stay in one register the split costs nothing.
+    BIASED: codes c as 1024 + c, without the subtractions."""
+    shifted = tl.join(words, words >> 8)
+    shifted = tl.join(shifted, shifted >> 4)  # [N, D/8, 2, 2]: element [a, b] is w >> 4r, r = 2a + b
+    pairs = tl.inline_asm_elementwise(BIASED_NIBBLE_PAIR_PTX if BIASED else NIBBLE_PAIR_PTX, "=r,r", [shifted],
+                                      dtype=tl.int32, is_pure=True, pack=1)  # codes r and r + 4 as two float16
+    codes = tl.join(pairs.to(tl.int16).to(tl.float16, bitcast=True),
+                    (pairs >> 16).to(tl.int16).to(tl.float16, bitcast=True))  # [N, D/8, 2, 2, 2]: code 2a + b + 4e
     return tl.reshape(codes, [words.shape[0], HEAD_DIM])
 
 
@@ -251,15 +271,24 @@ def attend_tile(q, k, visible, m_i, l_i, acc, APPLY_MASK: tl.constexpr, DOT_PREC
     """The score half of a flash-attention update (see attention_core.online_softmax_step): returns the new
     (m_i, l_i), acc rescaled, and the weights p [M, N] the caller multiplies into its value tile. Splitting
     here lets a caller decode V only after K's tile is dead, which keeps D=128 tiles in registers.
-    TRANSPOSED_DOTS computes the scores as (k @ q^T)^T and accumulate_values the sum as (v^T @ p^T)^T: with 64
-    keys and 4 warps both are Hopper warpgroup MMAs reading their operands from shared memory, where the
-    register MMAs of a 16-row q or p cost register moves (decode; a caller's tiles must all agree, or the
-    running state changes layout between them)."""
-    if TRANSPOSED_DOTS:
-        scores = tl.trans(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION))  # [M, N], log2 units
+    TRANSPOSED_DOTS computes the scores as (k @ q^T)^T, k taken in operand_order (so q' must come in that
+    order), and accumulate_tile_values the sum as (v^T @ p^T)^T: with 64 keys and 4 warps both are Hopper
+    warpgroup MMAs, where the register MMAs of a 16-row q or p cost register moves (decode; a caller's tiles must
+    all agree, or the running state changes layout between them)."""
+    if TRANSPOSED_DOTS:  # q arrives in operand_order
+        scores = tl.trans(tl.dot(operand_order(k), tl.trans(q), input_precision=DOT_PRECISION))  # [M, N], log2
     else:
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [M, N], log2 units (q is pre-scaled)
     return online_softmax_update(scores, visible, m_i, l_i, acc, APPLY_MASK)
+
+
+@triton.jit
+def accumulate_tile_values(acc, p, v, DOT_PRECISION: tl.constexpr, TRANSPOSED_DOTS: tl.constexpr = False):
+    """accumulate_values of a value tile v [N, D] in code_channels order; TRANSPOSED_DOTS (see attend_tile) takes
+    it in operand_order, so acc's channels come in operand_channels order."""
+    if TRANSPOSED_DOTS:
+        v = operand_order(v)
+    return accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
 @triton.jit
@@ -281,7 +310,7 @@ def attend_coded_tile(
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
                                             num_kv_heads, coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
     v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
-    return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
+    return m_i, l_i, accumulate_tile_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
 @triton.jit
@@ -294,7 +323,7 @@ def attend_decoded_tile(
     k = decode_vectors(key_words, key_scale, key_zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
     m_i, l_i, acc, p = attend_tile(q, k, visible, m_i, l_i, acc, True, DOT_PRECISION, TRANSPOSED_DOTS)
     v = decode_vectors(value_words, value_scale, value_zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
-    return m_i, l_i, accumulate_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
+    return m_i, l_i, accumulate_tile_values(acc, p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
 @triton.jit
@@ -307,4 +336,4 @@ def attend_sink_tile(q, tokens, visible, in_sink, block_table_row, kv_head, num_
     k = load_sink_tile(key_sink_ptr, vectors, in_sink, HEAD_DIM)
     m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), visible, m_i, l_i, acc, True, DOT_PRECISION, TRANSPOSED_DOTS)
     v = load_sink_tile(value_sink_ptr, vectors, in_sink, HEAD_DIM)
-    return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)
+    return m_i, l_i, accumulate_tile_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)

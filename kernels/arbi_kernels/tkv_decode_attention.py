@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from arbi_kernels.attention_core import LOG2_E, accumulate_values
+from arbi_kernels.attention_core import LOG2_E
 from arbi_kernels.checks import (
     float32_output,
     next_power_of_two,
@@ -43,12 +43,15 @@ from arbi_kernels.decode_attention import (
 from arbi_kernels.device import multiprocessor_count
 from arbi_kernels.pdl import pdl_launch_options, wait_for_previous_kernel
 from arbi_kernels.tkv_core import (
+    accumulate_tile_values,
     attend_decoded_tile,
     attend_sink_tile,
     attend_tile,
     code_channels,
     decode_vectors,
     load_coded_vectors,
+    operand_channels,
+    operand_order,
     paged_blocks,
 )
 from arbi_kernels.tkv_layout import (
@@ -70,27 +73,27 @@ from arbi_kernels.tkv_exact import (
     window_start,
 )
 
-RESIDENT_PROGRAMS_PER_SM = 5  # default tiles on sm_90: 96 registers x 128 threads, five to the 64K register file
+RESIDENT_PROGRAMS_PER_SM = 4  # default tiles on sm_90: 128 registers x 128 threads, four to the 64K register file
 SPLIT_OVERHEAD_TILES = 3  # what a program costs beside its tiles (query, exact window, partial out), in tiles
 
 
 def choose_tkv_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
     """The splits (none shorter than MIN_TOKENS_PER_SPLIT tokens) of least modelled time: waves of
-    RESIDENT_PROGRAMS_PER_SM programs per SM, each as long as the longest program (its tiles of
-    DEFAULT_TKV_DECODE_TILES plus SPLIT_OVERHEAD_TILES), a last partial wave as long as a full one; the fewest
-    splits among equals.
+    RESIDENT_PROGRAMS_PER_SM programs per SM, each as long as the longest program (the most tiles of
+    DEFAULT_TKV_DECODE_TILES a split gets, plus SPLIT_OVERHEAD_TILES), a last partial wave as long as a full one;
+    the fewest splits among equals.
 
-    Fitted on the H200 (K4V4, Llama's 8 kv heads, 132 SMs, benchmarks/tkv_kernels.py and a split sweep at serving
-    shapes, 2026-12-03): at 32k it keeps 5 splits for batch 32 (two nearly full waves; 6 would start a third); at
-    2,300 tokens it takes 1 split for batch 64 (512 programs, 136 us against 156 at the 2 of the former rule) and 4
-    for 91 (205 us against 238 at 1, whose 728 programs left a second wave of 68)."""
+    Checked on the H200 (K4V4, Llama's 8 kv heads, 132 SMs, split sweeps at 32k, 2026-12-04): batch 32 takes 2
+    splits (512 programs, one wave; 0.623 ms, 4 to 8 splits 0.620-0.627, 3 0.747), batch 8 takes 8 (one wave;
+    0.172 ms against 0.175 at 16 and 0.239 at 4), batch 1 takes 64 (eight tiles each; 0.0375 ms, where 66 splits,
+    whose longest programs still read eight tiles, took 0.0415)."""
     tiles = triton.cdiv(max(max_seq_len, 1), DEFAULT_TKV_DECODE_TILES.block_n)
     wave = RESIDENT_PROGRAMS_PER_SM * num_sms
     programs = num_seqs * num_kv_heads
     most = max(1, min(triton.cdiv(max(max_seq_len, 1), MIN_TOKENS_PER_SPLIT), MAX_SPLITS))
 
-    def modelled_time(splits: int) -> float:
-        return triton.cdiv(programs * splits, wave) * (tiles / splits + SPLIT_OVERHEAD_TILES)
+    def modelled_time(splits: int) -> int:
+        return triton.cdiv(programs * splits, wave) * (triton.cdiv(tiles, splits) + SPLIT_OVERHEAD_TILES)
 
     return min(range(1, most + 1), key=modelled_time)
 
@@ -137,11 +140,11 @@ class TkvDecodeTiles:
             raise ValueError(f"max_registers: must be in [24, 255] or None, got {self.max_registers}")
 
 
-DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True, max_registers=96)
-"""What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages, registers capped at 96 (ptxas
-spills 12 bytes, Triton 3.6) so that five programs share an SM where the 168 the compiler picks fit three. H200,
-K4V4, batch 32, 32k context (benchmarks/tkv_kernels.py --decode-only, 2026-12-03): 0.81 ms at 5 splits, where the
-uncapped kernel took 1.10 ms at 4 and bf16 0.97 ms."""
+DEFAULT_TKV_DECODE_TILES = TkvDecodeTiles(64, 4, 2, ptx_nibbles=True, transposed_dots=True, max_registers=128)
+"""What tkv_paged_decode_attention launches without `tiles`: both options, 2 stages, registers capped at 128 (no
+spills, four programs to an SM). H200, K4V4, batch 32, 32k context (benchmarks/tkv_kernels.py --decode-only,
+2026-12-04): 0.622 ms at 2 splits against bf16's 0.967; 96 registers (five programs, 64 bytes spilled) took 0.666
+ms at 5 splits, 3 stages (four programs) 0.69."""
 
 
 @triton.jit
@@ -158,7 +161,7 @@ def _attend_window_tile(q, seq, seq_len, tile_start, tail_slots_ptr, kv_head, nu
                                    EXACT_BLOCKS)
     m_i, l_i, acc, p = attend_tile(q, k.to(q.dtype), exact[None, :], m_i, l_i, acc, True, DOT_PRECISION,
                                    TRANSPOSED_DOTS)
-    return m_i, l_i, accumulate_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)
+    return m_i, l_i, accumulate_tile_values(acc, p, v.to(q.dtype), DOT_PRECISION, TRANSPOSED_DOTS)
 
 
 @triton.jit
@@ -174,8 +177,8 @@ def _attend_coded_tile(q, tokens, coded, block_table_row, kv_head, num_kv_heads,
     words, scale, zero = load_coded_vectors(key_codes_ptr, key_metadata_ptr, blocks, offsets, kv_head, num_kv_heads,
                                             coded, KEY_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
     k = decode_vectors(words, scale, zero, KEY_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
-    if TRANSPOSED_DOTS:
-        scores = tl.trans(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION))  # [M, N], log2 units
+    if TRANSPOSED_DOTS:  # q in operand_order, as attend_tile
+        scores = tl.trans(tl.dot(operand_order(k), tl.trans(q), input_precision=DOT_PRECISION))  # [M, N], log2
     else:
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     scores = tl.where(coded[None, :], scores, float("-inf"))
@@ -186,7 +189,7 @@ def _attend_coded_tile(q, tokens, coded, block_table_row, kv_head, num_kv_heads,
     words, scale, zero = load_coded_vectors(value_codes_ptr, value_metadata_ptr, blocks, offsets, kv_head,
                                             num_kv_heads, coded, VALUE_BITS, HEAD_DIM, GROUP, PAGE_SIZE, MASK_WORDS)
     v = decode_vectors(words, scale, zero, VALUE_BITS, HEAD_DIM, GROUP, q.dtype, PTX_NIBBLES)
-    return m_new, l_tile, accumulate_values(acc * alpha[:, None], p, v, DOT_PRECISION, TRANSPOSED_DOTS)
+    return m_new, l_tile, accumulate_tile_values(acc * alpha[:, None], p, v, DOT_PRECISION, TRANSPOSED_DOTS)
 
 
 @triton.jit(do_not_specialize=["group_size", "num_kv_heads", "stride_bt_seq"])
@@ -216,7 +219,8 @@ def _tkv_decode_partition_kernel(
     rows = tl.arange(0, GROUP_PAD)
     row_valid = rows < group_size
     q_heads = kv_head * group_size + rows  # [GROUP_PAD] query heads of this kv head's group
-    dims = code_channels(HEAD_DIM)  # q' in and acc out in the decoded tiles' channel order
+    # q' in and acc out in the decoded tiles' channel order (tkv_core.attend_tile)
+    dims = operand_channels(HEAD_DIM) if TRANSPOSED_DOTS else code_channels(HEAD_DIM)
     q = tl.load(
         q_ptr + seq.to(tl.int64) * stride_q_seq + q_heads[:, None] * stride_q_head + dims[None, :],
         mask=row_valid[:, None], other=0.0,

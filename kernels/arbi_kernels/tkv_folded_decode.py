@@ -31,6 +31,8 @@ from arbi_kernels.tkv_core import (
     load_coded_vectors,
     load_sink_tile,
     nibble_words_as_halves,
+    operand_channels,
+    operand_order,
     paged_blocks,
     sink_vectors,
     unpack_words,
@@ -76,7 +78,7 @@ def folded_scores(k, q_fold, q_sums, scale, zero, HEADS: tl.constexpr, SCALED: t
                   DOT_PRECISION: tl.constexpr):
     """Scores [N, HEADS] (log2 units) of key tile k [N, D]: codes (decode_codes) with their scale and float32
     zero [N, NG] (biased_zeros) where SCALED, or exact rows. q_fold [NG * HEADS, D] the block-diagonal query, q_sums [NG * HEADS] its row sums."""
-    dots = fold_rows(tl.dot(k, tl.trans(q_fold), input_precision=DOT_PRECISION), HEADS)  # [N, NG, HEADS]
+    dots = fold_rows(tl.dot(operand_order(k), tl.trans(q_fold), input_precision=DOT_PRECISION), HEADS)
     if SCALED:
         sums = tl.reshape(q_sums, [1, q_sums.shape[0] // HEADS, HEADS])
         dots = dots * scale.to(tl.float32)[:, :, None] + zero[:, :, None] * sums
@@ -140,12 +142,13 @@ def _tkv_folded_decode_kernel(
     seq_len = tl.load(seq_lens_ptr + seq)
     split_start, split_end = split_range(seq_len, BLOCK_N)
 
-    dims = code_channels(HEAD_DIM)  # q' in and the output in the decoded tiles' channel order
+    dims = code_channels(HEAD_DIM)  # the output in the decoded value tiles' channel order
+    q_dims = operand_channels(HEAD_DIM)  # q' in the key tiles' order (folded_scores)
     folded = tl.arange(0, NG * HEADS)  # column g * HEADS + r: group g of head r
     fold_head = folded % HEADS
     q = tl.load(q_ptr + seq.to(tl.int64) * stride_q_seq + (kv_head * group_size + fold_head)[:, None] * stride_q_head
-                + dims[None, :], mask=(fold_head < group_size)[:, None], other=0.0).to(tl.float32)
-    in_group = (tl.arange(0, HEAD_DIM) // GROUP)[None, :] == (folded // HEADS)[:, None]
+                + q_dims[None, :], mask=(fold_head < group_size)[:, None], other=0.0).to(tl.float32)
+    in_group = (q_dims // GROUP)[None, :] == (folded // HEADS)[:, None]
     q_fold = tl.where(in_group, q * qk_scale, 0.0).to(COMPUTE_DTYPE)  # [NG * HEADS, D], pre-scaled
     q_sums = tl.sum(q_fold.to(tl.float32), axis=1)  # [NG * HEADS]
 

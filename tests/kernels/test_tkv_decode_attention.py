@@ -294,13 +294,13 @@ def test_transposed_dots(head_dim, key_bits, value_bits, sink_tokens, prefetch, 
 
 
 def test_split_count_takes_the_fewest_waves_of_whole_programs():
-    """H200: 132 SMs, 5 programs each a wave, Llama's 8 kv heads; none under 256 tokens."""
-    assert choose_tkv_num_splits(32, 8, 32768, 132) == 5  # 1280 programs of 1320 slots; 6 would start a third wave
-    assert choose_tkv_num_splits(8, 8, 32768, 132) == 10  # one wave of 640 programs
-    assert choose_tkv_num_splits(1, 8, 32768, 132) == 82  # 656 programs: the most splits that fill one wave
+    """H200: 132 SMs, 4 programs each a wave, Llama's 8 kv heads; none under 256 tokens."""
+    assert choose_tkv_num_splits(32, 8, 32768, 132) == 2  # 512 programs of 528 slots; 3 would start a second wave
+    assert choose_tkv_num_splits(8, 8, 32768, 132) == 8  # one wave of 512 programs
+    assert choose_tkv_num_splits(1, 8, 32768, 132) == 64  # 8 tiles a split; 66 would fill the wave, 8 tiles the longest
     assert choose_tkv_num_splits(1, 8, 1000, 132) == 4  # every split 256 tokens
     assert choose_tkv_num_splits(64, 8, 2560, 132) == 1  # 512 programs in one wave: splitting only adds waves
-    assert choose_tkv_num_splits(91, 8, 2560, 132) == 4  # not 1: its 728 programs would leave a second wave of 68
+    assert choose_tkv_num_splits(91, 8, 2560, 132) == 2  # not 1: its 728 programs would leave a second wave of 200
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """tkv_core.decode_vectors against the codec's packed codes: every decoded value is zero + code * scale rounded
 once into the tile's dtype, bit for bit (the attention kernels' error bounds assume it; a float16 product rounded
-before the add moves scores enough to fail them)."""
+before the add moves scores enough to fail them); and a tile rearranged by operand_order holds the channels
+operand_channels names."""
 
 from __future__ import annotations
 
@@ -11,27 +12,32 @@ import triton.language as tl
 
 from arbi_grpc.kv_codec.packing import pack_codes
 from arbi_grpc.kv_codec.paged_cache import group_metadata_shape, split_group_metadata
-from arbi_kernels.tkv_core import code_channels, decode_vectors, load_coded_vectors
+from arbi_kernels.tkv_core import code_channels, decode_vectors, load_coded_vectors, operand_channels, operand_order
 from arbi_kernels.tkv_layout import metadata_pair_view, packed_code_view, triton_dtype
 
 
 @triton.jit
 def _decode_kernel(codes_ptr, metadata_ptr, out_ptr, kv_head, num_kv_heads, BITS: tl.constexpr,
                    HEAD_DIM: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, NUM_SLOTS: tl.constexpr,
-                   DTYPE: tl.constexpr):
+                   DTYPE: tl.constexpr, OPERAND_ORDER: tl.constexpr):
     slots = tl.arange(0, NUM_SLOTS)
     words, scale, zero = load_coded_vectors(codes_ptr, metadata_ptr, (slots // PAGE_SIZE).to(tl.int64),
                                             slots % PAGE_SIZE, kv_head, num_kv_heads, slots < NUM_SLOTS, BITS,
                                             HEAD_DIM, GROUP, PAGE_SIZE)
     values = decode_vectors(words, scale, zero, BITS, HEAD_DIM, GROUP, DTYPE)
-    tl.store(out_ptr + slots[:, None] * HEAD_DIM + code_channels(HEAD_DIM)[None, :], values)
+    if OPERAND_ORDER:
+        tl.store(out_ptr + slots[:, None] * HEAD_DIM + operand_channels(HEAD_DIM)[None, :], operand_order(values))
+    else:
+        tl.store(out_ptr + slots[:, None] * HEAD_DIM + code_channels(HEAD_DIM)[None, :], values)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 5, 8])
 @pytest.mark.parametrize("compute_dtype", [torch.float16, torch.float32])
-def test_decoded_values_round_once(bits, compute_dtype, device, generator):
-    """Head 1 of a two-head pool, read through the paged layout (the other head holds other codes and metadata)."""
-    num_blocks, page_size, num_kv_heads, head_dim, group = 8, 8, 2, 64, 16
+@pytest.mark.parametrize(("head_dim", "operand_order_tile"), [(64, False), (64, True), (128, True), (16, True)])
+def test_decoded_values_round_once(bits, compute_dtype, head_dim, operand_order_tile, device, generator):
+    """Head 1 of a two-head pool, read through the paged layout (the other head holds other codes and metadata);
+    operand_order_tile: the tile rearranged for the MMAs and stored at operand_channels (D=16 keeps code order)."""
+    num_blocks, page_size, num_kv_heads, group = 8, 8, 2, 16
     slots = (num_blocks, page_size, num_kv_heads)
     codes = torch.randint(0, 1 << bits, (*slots, head_dim), generator=generator)
     # zeros in [-2^bits * scale, 0], as a group spanning 0 has: zero + code * scale cancels
@@ -48,5 +54,5 @@ def test_decoded_values_round_once(bits, compute_dtype, device, generator):
     actual = torch.empty((num_blocks * page_size, head_dim), dtype=compute_dtype, device=device)
     _decode_kernel[(1,)](packed, metadata_pair_view(metadata.to(device)), actual, 1, num_kv_heads, BITS=bits, HEAD_DIM=head_dim,
                          GROUP=group, PAGE_SIZE=page_size, NUM_SLOTS=num_blocks * page_size,
-                         DTYPE=triton_dtype(compute_dtype))
+                         DTYPE=triton_dtype(compute_dtype), OPERAND_ORDER=operand_order_tile)
     assert torch.equal(actual.cpu(), expected.to(compute_dtype))
