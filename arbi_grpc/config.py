@@ -21,8 +21,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "flashinfer")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "tkv")
 EMBEDDING_POOLINGS = ("auto", "last", "mean")  # a decoder model's (embeddings/decoder_embedder.py)
 CPU_WEIGHT_FORMS = ("auto", "float", "int4", "int8")  # auto: models/quantized_layout.cpu_weight_form
-CPU_ACTIVATION_FORMS = ("float", "int8", "int16")
-ACTIVATION_BITS = {"int8": 8, "int16": 16}  # the integer forms' widths
+CPU_ACTIVATION_FORMS = ("float", "int8")
 MAX_KV_EXACT_BLOCKS = 16
 DEFAULT_EXACT_WINDOW_TOKENS = 64  # --kv-exact-blocks 0: four blocks of 16
 # --max-running-requests 0 (auto, `memory/running_requests.py`): as many sequences of TYPICAL_SEQUENCE_TOKENS as
@@ -189,10 +188,9 @@ class _EngineFields(SchedulingLimits):
     )
     cpu_activations: str = setting(
         "float", "on the CPU with --cpu-weights int4, what the block-quantized matrices multiply: float (float32 "
-                 "activations, the exact product above), int8 (activations quantized to int8 per 32 columns and "
-                 "each block multiplied in integers, as llama.cpp does: wikitext-2 perplexity +0.4%, greedy answers "
-                 "depart at near-ties) or int16 (the same with 16-bit activations: each product within about 2^-16 "
-                 "of the exact one) (docs/cpu_weights.md)"
+                 "activations, the exact product above) or int8 (activations quantized to int8 per 32 columns and "
+                 "each block multiplied in integers, as llama.cpp does: about 1.8x faster matrices at one row, "
+                 "wikitext-2 perplexity +0.5%, greedy answers depart at near-ties) (docs/cpu_weights.md)"
     )
     memory_limit_mib: int = setting(
         0, "memory the weights, KV cache and activations may take in MiB; a boot over it fails "
@@ -248,13 +246,12 @@ class EngineConfig(_EngineFields):
                 "cpu_weights=int4 with tensor_parallel_size > 1: the quantized blocks are not split across "
                 "ranks yet; serve with --cpu-weights float or one rank")
         if self.cpu_activations not in CPU_ACTIVATION_FORMS:
-            raise InvalidArgumentError("cpu_activations",
-                                       f"must be 'float', 'int8' or 'int16', got {self.cpu_activations!r}")
-        if self.cpu_activations != "float" and (self.device != "cpu" or self.cpu_weights not in ("auto", "int4")
-                                                or self.tensor_parallel_size > 1):
+            raise InvalidArgumentError("cpu_activations", f"must be 'float' or 'int8', got {self.cpu_activations!r}")
+        if self.cpu_activations == "int8" and (self.device != "cpu" or self.cpu_weights not in ("auto", "int4")
+                                               or self.tensor_parallel_size > 1):
             raise InvalidArgumentError(
-                "cpu_activations", f"{self.cpu_activations} multiplies block-quantized matrices on the CPU with one "
-                                   f"rank (--cpu-weights int4 or auto), not --cpu-weights {self.cpu_weights} on {self.device!r} with "
+                "cpu_activations", f"int8 multiplies block-quantized matrices on the CPU with one rank (--cpu-weights "
+                                   f"int4 or auto), not --cpu-weights {self.cpu_weights} on {self.device!r} with "
                                    f"tensor_parallel_size {self.tensor_parallel_size}")
         if self.memory_limit_mib < 0:
             raise InvalidArgumentError("memory_limit_mib", f"must be >= 0, got {self.memory_limit_mib}")

@@ -17,7 +17,7 @@ import torch
 from arbi_grpc.attention.backend import AttentionBackend
 from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.selection import TORCH_DTYPES, build_kv_cache, select_attention_backend
-from arbi_grpc.config import ACTIVATION_BITS, MIB, EngineConfig
+from arbi_grpc.config import MIB, EngineConfig
 from arbi_grpc.embeddings.decoder_embedder import DecoderEmbedder, DecoderEmbeddingModel, decoder_pooling
 from arbi_grpc.engine.block_manager import BlockManager
 from arbi_grpc.engine.engine import Engine
@@ -114,10 +114,9 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         ModelConfig.from_hf_config(read_hf_config(resolved.directory)), resolved.directory)
     rank_declared = per_rank_model_config(declared, world_size)  # refuses shapes that do not split
     config = replace(config, cpu_weights=cpu_weight_form(config.cpu_weights, config.device, world_size, declared))
-    if config.cpu_activations != "float" and config.cpu_weights != "int4":
+    if config.cpu_activations == "int8" and config.cpu_weights != "int4":
         raise InvalidArgumentError(
-            "cpu_activations", f"{config.cpu_activations} multiplies block-quantized matrices, and {name!r} is "
-                               f"served with "
+            "cpu_activations", f"int8 multiplies block-quantized matrices, and {name!r} is served with "
                                f"--cpu-weights {config.cpu_weights} (int4 needs a GGUF import with Q4_0/Q4_1/Q8_0 "
                                "matrices and a C++ compiler)")
     set_rank_threads(config, world_size)
@@ -138,7 +137,7 @@ def build_served_model(config: EngineConfig, placement: Placement = Placement())
         model, model_config = load_model(resolved.directory, dtype=dtype, device=device, attention_backend=backend,
                                          tensor_parallel=group, keep_quantized=config.cpu_weights == "int4",
                                          quantize_int8=config.cpu_weights == "int8",
-                                         activation_bits=ACTIVATION_BITS.get(config.cpu_activations))
+                                         int8_activations=config.cpu_activations == "int8")
         tokenizer = TextTokenizer.from_model_dir(resolved.directory)
         kv_cache = build_kv_cache(config, per_rank_model_config(model_config, world_size), num_blocks,
                                   tkv_calibration)

@@ -36,7 +36,7 @@ from arbi_grpc.attention.paged_kv_cache import PagedKVCache
 from arbi_grpc.models.checkpoint_reader import read_hf_config
 from arbi_grpc.models.config import ModelConfig
 from arbi_grpc.models.block_linear import BlockLinear
-from arbi_grpc.models.block_linear_integer_dot import IntegerDotLinear
+from arbi_grpc.models.block_linear_int8_dot import Int8DotLinear
 from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
 from arbi_grpc.models.loader import load_model
 from arbi_grpc.models.model_cache import DEFAULT_MODEL, resolve_model
@@ -126,8 +126,7 @@ def variant_calls(name: str, rows: int, columns: int, generator: torch.Generator
     return {
         "float32": lambda states: F.linear(states, dense),
         "int4 BlockLinear (runs)": block_linear,
-        "int8-dot BlockLinear blocks": IntegerDotLinear(block_linear, 8),
-        "int16-dot BlockLinear blocks": IntegerDotLinear(block_linear, 16),
+        "int8-dot BlockLinear blocks": Int8DotLinear(block_linear),
         "int4 torch int4pack": int4pack_call(blocks),
         "int8 torch int8pack (runs)": Int8Linear(Int8Weight.quantize(dense), None),
         "fbgemm dynamic int8": fbgemm_call(dense),

@@ -25,7 +25,7 @@ from arbi_grpc.attention.kv_storage import KVStorage
 from arbi_grpc.attention.metadata import AttentionMetadata
 from arbi_grpc.models.config import Llama3RopeScaling, ModelConfig
 from arbi_grpc.models.block_linear import BlockEmbedding, BlockLinear
-from arbi_grpc.models.block_linear_integer_dot import IntegerDotLinear
+from arbi_grpc.models.block_linear_int8_dot import Int8DotLinear
 from arbi_grpc.models.decoder_ops import DecoderOps, HeadNormWeights, Rotation, decoder_ops_for
 from arbi_grpc.models.int8_weights import Int8Linear, Int8Weight
 from arbi_grpc.models.quantized_weights import QuantizedWeight, concatenate
@@ -305,11 +305,10 @@ class CausalLM(nn.Module):
             # would split their blocks and keep them reserved for good.
             torch.cuda.empty_cache()
 
-    def multiply_blocks_in_integers(self, bits: int) -> None:
+    def multiply_blocks_in_integers(self) -> None:
         """Run every block-quantized product (`BlockLinear`: the layers' matrices, the output projection) through
-        `IntegerDotLinear` on the same blocks, activations quantized to `bits`-bit integers per 32 columns
-        (`--cpu-activations int8` or `int16`); the embedding lookup stays exact. Raises ValueError when the model
-        holds no block-quantized matrix."""
+        `Int8DotLinear` on the same blocks, activations quantized to int8 per 32 columns (`--cpu-activations
+        int8`); the embedding lookup stays exact. Raises ValueError when the model holds no block-quantized matrix."""
         owners = [(self, "logits_projection")]
         for layer in self.model.layers:
             owners += [(layer.self_attn, "qkv"), (layer.self_attn, "output"),
@@ -318,7 +317,7 @@ class CausalLM(nn.Module):
         if not products:
             raise ValueError("integer activations multiply block-quantized matrices, and this model holds none")
         for owner, name in products:
-            setattr(owner, name, IntegerDotLinear(getattr(owner, name), bits))
+            setattr(owner, name, Int8DotLinear(getattr(owner, name)))
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden [N, hidden_size] -> float32 logits [N, vocab_size] (on rank 0 under tensor parallelism, which

@@ -31,7 +31,7 @@ def load_model(
     tensor_parallel: TensorParallelGroup = SINGLE_RANK,
     keep_quantized: bool = False,
     quantize_int8: bool = False,
-    activation_bits: int | None = None,
+    int8_activations: bool = False,
 ) -> tuple[CausalLM, ModelConfig]:
     """Read `config.json` and the weights of `model_dir`; returns the model (eval, no grad, projections fused)
     and its config. Under tensor parallelism the model holds the rank's shard (`parallel.shard_plan`), cut from
@@ -42,9 +42,8 @@ def load_model(
     that form and run by the int4 kernels; everything else is read from the float checkpoint in `dtype`. On the
     CPU, with `quantize_int8`, the layers' matrices (every 2-D tensor under `model.layers.`) are read from the
     float checkpoint and quantized to per-row int8 (`int8_weights`), one at a time; the embedding table, the
-    output projection, norms and biases stay in `dtype`. With `activation_bits` (8 or 16), the block-quantized
-    products multiply activations quantized to integers of that width (`CausalLM.multiply_blocks_in_integers`;
-    ValueError when there are none).
+    output projection, norms and biases stay in `dtype`. With `int8_activations`, the block-quantized products
+    multiply int8-quantized activations (`CausalLM.multiply_blocks_in_integers`; ValueError when there are none).
     Raises ModelLoadError for missing, truncated or corrupt files and missing or mis-shaped tensors,
     UnsupportedArchitectureError for architectures outside SUPPORTED_ARCHITECTURES, NotImplementedError
     for features of a supported architecture that the decoder lacks (e.g. sliding windows, yarn RoPE), and
@@ -88,6 +87,6 @@ def load_model(
 
     model = CausalLM.from_weights(config, read_weights, attention_backend=backend, device=device,
                                   tensor_parallel=tensor_parallel)
-    if activation_bits is not None:
-        model.multiply_blocks_in_integers(activation_bits)
+    if int8_activations:
+        model.multiply_blocks_in_integers()
     return model, config

@@ -25,7 +25,7 @@ from arbi_client.arbi.v1 import generation_types_pb2 as types_pb
 
 from arbi_grpc.cli import main as cli_main
 from arbi_grpc.config import EngineConfig
-from arbi_grpc.models.block_linear_integer_dot import IntegerDotLinear
+from arbi_grpc.models.block_linear_int8_dot import Int8DotLinear
 from arbi_grpc.models.int8_weights import Int8Linear
 from arbi_grpc.served_model import build_served_model
 from tests.conftest import wait_for_idle_pool
@@ -45,7 +45,7 @@ MAX_LOGPROB_CHANGE, MEAN_LOGPROB_CHANGE = 1.5, 0.08
 # mode: (its flags, the kernel of the layers' matrices)
 MODES = {
     "int8 weights": ({"cpu_weights": "int8"}, Int8Linear),
-    "int8 activations": ({"cpu_activations": "int8"}, IntegerDotLinear),
+    "int8 activations": ({"cpu_activations": "int8"}, Int8DotLinear),
 }
 
 
