@@ -1,7 +1,7 @@
 """arbi-serve against llama.cpp's `llama-server` on the CPU, the same GGUF served by both (default: the embedded
 SmolLM2-135M-Instruct.Q4_1.gguf), measured in one run on one machine.
 
-Both servers run side by side (the idle one takes no CPU) and get the same 20 short chat prompts, `--tokens`
+Both servers run side by side (one waits while the other is measured) and get the same 20 short chat prompts, `--tokens`
 greedy tokens each (ignore_eos), streamed over their OpenAI route /v1/chat/completions (arbi-serve through its
 gateway, defaults but `--cpu-weights int4`, plus `--arbi-flags`, e.g. "--cpu-activations int8"), at each
 `--concurrency`, in `--rounds` rounds: each round runs every concurrency on both servers in turn (which goes first
@@ -394,6 +394,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--perplexity-only", action="store_true", help="skip the speed runs")
     parser.add_argument("--wikitext", type=Path, default=DEFAULT_WIKITEXT, help="wikitext-2's wiki.test.raw")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.perplexity_windows == 1 or (args.perplexity_only and not args.perplexity_windows):
         parser.error("--perplexity-windows must be 0 or at least 2, and not 0 with --perplexity-only")
     return args

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import tempfile
 import time
@@ -46,7 +47,7 @@ def main() -> None:
         first_s, tokens = stream_chat(port, "", "Tell me a long story about a dragon.", args.tokens)
         elapsed = time.perf_counter() - started
         after = {pid: thread_ticks(pid) for pid in pids}
-    ticks_per_s = 100  # USER_HZ
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
     threads = []
     for process, pid in zip(("server", "gateway"), pids):
         for tid, (name, ticks) in after[pid].items():

@@ -28,12 +28,11 @@ def set_rank_threads(config: EngineConfig, world_size: int) -> None:
 def release_openmp_workers() -> bool:
     """Ends the OpenMP worker threads that this thread's own parallel work started (loading a model does), so that
     the engine thread's team is the only one left; returns whether it did (False where torch's OpenMP runtime is not
-    libgomp, or it refused). libgomp counts the workers of every thread's team, and once they outnumber the cores
-    each one sleeps almost at once after a parallel region instead of spinning for the next: a CPU decode step,
-    hundreds of short regions, then waits on a thread wake-up at each (SmolLM2 on two cores, 2026-12-04: a step of
-    16 ms on the engine thread with the loading thread's team alive, 9 ms once it ended, as on the loading thread).
-    Call it on the thread that did the work, outside any parallel region; a later parallel op there starts a new
-    team."""
+    a libgomp with `omp_pause_resource_all`, or it refused). libgomp counts the workers of every thread's team, and
+    once they outnumber the cores each one sleeps almost at once after a parallel region instead of spinning for the
+    next, so a CPU decode step, hundreds of short regions, waits on a thread wake-up at each (docs/benchmarks.md,
+    "The embedded default on the CPU against llama.cpp"). Call it on the thread that did the work, outside any
+    parallel region; a later parallel op there starts a new team."""
     pause = _omp_pause_resource_all()
     if pause is None:
         return False
@@ -45,11 +44,15 @@ def release_openmp_workers() -> bool:
 
 @functools.cache
 def _omp_pause_resource_all():
-    """libgomp's omp_pause_resource_all, from the copy this process loaded (torch's), or None."""
-    for line in Path("/proc/self/maps").read_text().splitlines() if Path("/proc/self/maps").is_file() else ():
-        path = line.split()[-1]
-        if "/libgomp" in path and ".so" in path:
-            function = ctypes.CDLL(path).omp_pause_resource_all
+    """omp_pause_resource_all of the libgomp this process loaded (torch's), or None."""
+    try:
+        mapped = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:  # not Linux
+        return None
+    libraries = {line.split()[-1] for line in mapped if "/libgomp" in line and ".so" in line}
+    for path in sorted(libraries):
+        function = getattr(ctypes.CDLL(path), "omp_pause_resource_all", None)  # OpenMP 5.0: GCC 9 and later
+        if function is not None:
             function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
             return function
     return None
